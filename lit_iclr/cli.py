@@ -1,0 +1,154 @@
+"""The one CLI: `python cli.py {fit,validate,test,predict,prepare,hub} --config configs/<method>.yaml`.
+
+LightningCLI in subclass mode over `BaseModule` / `BaseDataModule`: a method is chosen by its short class name or by a
+config. On top of Lightning's CLI this adds run folders keyed by SLURM job id, `ModelCheckpoint(save_last=True)`,
+CSV + TensorBoard loggers, `--ckpt_path last` that finds the newest run, a SLURM pre-flight check, the `prepare` and `hub`
+subcommands, and short error messages instead of tracebacks for mistakes a user can fix.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from typing import Any
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+
+from . import registry
+from .core.data import BaseDataModule
+from .core.errors import ConfigError, LitIclrError
+from .core.module import BaseModule
+from .core.progress import LineProgressBar, use_line_progress
+from .core.runs import resolve_run_dir
+from .core.slurm import check_slurm_matches_trainer
+from .core.trainer import Trainer
+
+
+class RequeueSafeSaveConfig(SaveConfigCallback):
+    """Writes `config.yaml` into the run folder; a requeued job restarting in the same folder overwrites it."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["overwrite"] = True
+        super().__init__(*args, **kwargs)
+
+
+def collect_links() -> list[tuple[str, str]]:
+    """Every imported DataModule's `model_links` (data attribute -> model init arg), as parser links.
+
+    A link whose source or target the chosen classes lack is skipped by the parser, so methods never see each other's.
+    """
+    links: dict[str, str] = {}
+    stack = list(BaseDataModule.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        for attr, arg in getattr(cls, "model_links", {}).items():
+            source, target = f"data.{attr}", f"model.init_args.{arg}"
+            if links.setdefault(target, source) != source:
+                raise ConfigError(f"two DataModules link different attributes into {target}: {links[target]}, {source}")
+    return sorted((s, t) for t, s in links.items())
+
+
+class LitIclrCLI(LightningCLI):
+    def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any):
+        registry.import_methods()
+        super().__init__(
+            BaseModule,
+            BaseDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            trainer_class=Trainer,
+            save_config_callback=RequeueSafeSaveConfig,
+            seed_everything_default=0,
+            parser_kwargs={"exit_on_error": False},
+            args=args,
+            run=run,
+            **kwargs,
+        )
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        commands = LightningCLI.subcommands()
+        commands["prepare"] = {"model", "datamodule"}
+        return commands
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.save_last": True})
+        for source, target in collect_links():
+            parser.link_arguments(source, target, apply_on="instantiate")
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = cfg["trainer"]
+        check_slurm_matches_trainer(trainer.get("num_nodes", 1), trainer.get("devices", "auto"))
+        if self.subcommand == "prepare":
+            trainer["logger"] = False
+            return
+        config_files = [str(p) for p in (cfg.get("config") or [])]
+        run_dir = resolve_run_dir(trainer.get("default_root_dir"), config_files, resume=cfg.get("ckpt_path") == "last")
+        trainer["default_root_dir"] = str(run_dir)
+        if trainer.get("logger") in (None, True):
+            # Loggers write straight into the run folder, so checkpoints land in <run>/checkpoints.
+            trainer["logger"] = [
+                {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                 "init_args": {"save_dir": str(run_dir), "name": "", "version": ""}},
+                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                 "init_args": {"save_dir": str(run_dir), "name": "", "version": "", "default_hp_metric": False}},
+            ]
+        if use_line_progress() and trainer.get("enable_progress_bar", True) is not False:
+            callbacks = trainer.get("callbacks") or []
+            trainer["callbacks"] = [*callbacks, {"class_path": f"{LineProgressBar.__module__}.LineProgressBar"}]
+
+
+def _known_class_names() -> list[str]:
+    names = []
+    for base in (BaseModule, BaseDataModule):
+        stack = list(base.__subclasses__())
+        while stack:
+            cls = stack.pop()
+            names.append(cls.__name__)
+            stack.extend(cls.__subclasses__())
+    return names
+
+
+def _explain_parse_error(message: str) -> str:
+    """Turn jsonargparse's nested message into one line, with the closest valid names for an unknown class."""
+    unknown = re.findall(r"Given value: (\S+)", message) or re.findall(r"Import path (\S+)", message)
+    known = _known_class_names()
+    for name in unknown:
+        short = name.rsplit(".", 1)[-1]
+        if short in known:
+            continue
+        close = difflib.get_close_matches(short, known, n=3, cutoff=0.3)
+        hint = f" Closest valid names: {', '.join(close)}." if close else f" Valid names: {', '.join(sorted(known))}."
+        bad = "; ".join(f"lit_iclr.{m} {why}" for m, why in registry.unavailable.items())
+        return f"unknown class {short!r}.{hint}" + (f" (unavailable: {bad})" if bad else "")
+    first = message.strip().splitlines()
+    return " ".join(line.strip() for line in first[:6])
+
+
+def main(args: list[str] | None = None) -> LitIclrCLI | None:
+    """Entry point of `cli.py` and the `lit-iclr` console script."""
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv and argv[0] == "hub":
+        from .core.hub import main as hub_main
+
+        hub_main(argv[1:])
+        return None
+    try:
+        return LitIclrCLI(args=argv)
+    except LitIclrError as e:
+        _fail(str(e))
+    except Exception as e:  # jsonargparse parse errors and YAML errors arrive as ArgumentError / ParserError
+        if type(e).__name__ in {"ArgumentError", "ParserError", "ScannerError", "NSKeyError"}:
+            _fail(_explain_parse_error(str(e)))
+        raise
+    return None
+
+
+def _fail(message: str) -> None:
+    print(f"lit-iclr: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+

@@ -1,0 +1,20 @@
+"""The platform's Trainer: Lightning's, plus `prepare` (make or verify a config's data without training)."""
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
+
+
+class Trainer(L.Trainer):
+    def prepare(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
+        """Generate (or check) the config's dataset and read it back once through the real reader; no training.
+
+        Args:
+            model: The configured model (unused; parsed so the same config works for every subcommand).
+            datamodule: The DataModule whose data is prepared.
+        """
+        datamodule.trainer = self
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        describe = getattr(datamodule, "describe", None)
+        rank_zero_info(describe() if describe else f"{type(datamodule).__name__}: ready")
