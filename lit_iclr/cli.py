@@ -89,17 +89,31 @@ class LitIclrCLI(LightningCLI):
         config_files = [str(p) for p in (cfg.get("config") or [])]
         run_dir = resolve_run_dir(trainer.get("default_root_dir"), config_files, resume=cfg.get("ckpt_path") == "last")
         trainer["default_root_dir"] = str(run_dir)
-        if trainer.get("logger") in (None, True):
+        logger = trainer.get("logger")
+        if logger in (None, True):
             # Loggers write straight into the run folder, so checkpoints land in <run>/checkpoints.
             trainer["logger"] = [
-                {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                {"class_path": "lit_iclr.core.loggers.RunCSVLogger",
                  "init_args": {"save_dir": str(run_dir), "name": "", "version": ""}},
                 {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                  "init_args": {"save_dir": str(run_dir), "name": "", "version": "", "default_hp_metric": False}},
             ]
+        else:
+            _replace_run_dir(logger, str(run_dir))
+        callbacks = list(trainer.get("callbacks") or [])
+        callbacks.append({"class_path": "lit_iclr.core.runinfo.RunInfo", "init_args": {"run_dir": str(run_dir)}})
         if use_line_progress() and trainer.get("enable_progress_bar", True) is not False:
-            callbacks = trainer.get("callbacks") or []
-            trainer["callbacks"] = [*callbacks, {"class_path": f"{LineProgressBar.__module__}.LineProgressBar"}]
+            callbacks.append({"class_path": f"{LineProgressBar.__module__}.LineProgressBar"})
+        trainer["callbacks"] = callbacks
+
+
+def _replace_run_dir(node: Any, run_dir: str) -> None:
+    """Overlays write `save_dir: RUN_DIR` for loggers; point those at this run's folder."""
+    items = node if isinstance(node, list) else [node]
+    for item in items:
+        init = item.get("init_args") if hasattr(item, "get") else None
+        if init is not None and init.get("save_dir") == "RUN_DIR":
+            init["save_dir"] = run_dir
 
 
 def _known_class_names() -> list[str]:

@@ -4,8 +4,16 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from .loader import LoaderPosition
+
 
 class Trainer(L.Trainer):
+    """Lightning's Trainer; always tracks the training loader's position so mid-epoch resume is exact."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.callbacks.append(LoaderPosition())
+
     def prepare(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
         """Generate (or check) the config's dataset and read it back once through the real reader; no training.
 

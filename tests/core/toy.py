@@ -6,8 +6,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from lit_iclr.core.loader import ResumableDataLoader
 
 from lit_iclr.core import BaseDataModule, BaseModule, DatasetFormatError
 
@@ -85,7 +88,22 @@ class ToyData(BaseDataModule):
         self.ds = _Dict(torch.from_numpy(x), torch.from_numpy(y))
 
     def train_dataloader(self):
-        return DataLoader(self.ds, batch_size=self.batch_size, shuffle=self.shuffle, num_workers=self.num_workers)
+        return ResumableDataLoader(self.ds, batch_size=self.batch_size, shuffle=self.shuffle, num_workers=self.num_workers)
 
     def val_dataloader(self):
         return DataLoader(self.ds, batch_size=self.batch_size)
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAtStep(Callback):
+    """Simulates a pre-empted job: the process dies when step `step` is about to start (checkpoints so far remain)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise Crash(f"simulated crash at step {self.step}")

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine: system data packages, a venv, the package with all extras.
+set -euo pipefail
+PY=${1:-python3.11}
+VENV=${2:-.venv}
+
+# Debian packages that methods read as offline real data (Fashion-MNIST IDX files, the KJV text).
+need=()
+[ -d /usr/share/datasets/fashion-mnist ] || need+=(dataset-fashion-mnist)
+dpkg -s bible-kjv >/dev/null 2>&1 || need+=(bible-kjv)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# torch/torchvision first and pinned, so no other requirement can pull a different build.
+"$VENV/bin/python" -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
+"$VENV/bin/python" -m pip install -q -e ".[all]"
+echo "setup complete: $VENV"
