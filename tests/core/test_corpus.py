@@ -116,7 +116,9 @@ def test_lm_batches_are_contiguous_blocks(small_dm):
     assert torch.equal(batch["input_ids"], batch["labels"]) and batch["attention_mask"].all()
     np.testing.assert_array_equal(batch["input_ids"][1].numpy(), stream[64:128])
     calib = next(iter(dm.calibration_dataloader(num_sequences=2)))
-    assert calib["input_ids"].shape == (2, 64)
+    calib_stream = np.load(dm.path / "tokens_calib.npy")
+    assert calib["input_ids"].shape == (min(2, len(calib_stream) // 64), 64)
+    np.testing.assert_array_equal(calib["input_ids"][0].numpy(), calib_stream[:64])
 
 
 def test_topic_batches_hide_the_topic_line(small_dm):
@@ -126,8 +128,9 @@ def test_topic_batches_hide_the_topic_line(small_dm):
     docs = dm.documents("validation")
     for i in range(len(batch["topic"])):
         ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
-        text = dm.tokenizer.decode(ids[1:])
-        assert "Topic:" not in text and text == render_lm(docs[i], topic_in_text=False)
+        full = dm.tokenizer.encode(render_lm(docs[i], topic_in_text=False), add_special_tokens=False).ids
+        assert ids == [EOS_ID, *full][:64]  # truncated to seq_len
+        assert "Topic:" not in dm.tokenizer.decode(ids[1:])
         assert TOPICS[int(batch["topic"][i])] == docs[i].topic
         assert (batch["input_ids"][i][~batch["attention_mask"][i].bool()] == PAD_ID).all()
 
@@ -154,22 +157,18 @@ def test_choice_scoring_equals_explicit_loop(small_dm):
             ref = sum(float(torch.log_softmax(table[ids[p - 1]], -1)[ids[p]]) for p in range(t) if m[p])
             assert abs(float(scores[i, j]) - ref) < 1e-4
 
-    def oracle(ids, mask):  # puts all mass on the true next token: every candidate scores 0 except where it differs
-        out = torch.full((*ids.shape, 300), -30.0)
-        out[:, :-1].scatter_(-1, ids[:, 1:, None], 30.0)
-        return out
-
     loader = dm.topic_choice_dataloader("test", batch_size=4)
     assert 0.0 <= zero_shot_topic_accuracy(logits_fn, loader) <= 1.0
     # an "LM" that prefers the name matching the document's majority keywords classifies perfectly
     kw = {name: {dm.tokenizer.encode(f" {w}").ids[0] for w in WORDS[name].split()} for name in TOPICS}
-    name_first = [dm.tokenizer.encode(f" {n}").ids[0] for n in TOPICS]
+    name_ids = [dm.tokenizer.encode(f" {n}").ids for n in TOPICS]
+    assert all(set(a) - set(b) for a in name_ids for b in name_ids if a != b)
 
     def keyword_lm(ids, mask):
         out = torch.zeros((*ids.shape, 300))
         for r in range(ids.shape[0]):
             counts = [sum(int(x) in kw[n] for x in ids[r]) for n in TOPICS]
-            out[r, :, name_first[int(np.argmax(counts))]] = 20.0
+            out[r, :, name_ids[int(np.argmax(counts))]] = 20.0
         return out
 
     assert zero_shot_topic_accuracy(keyword_lm, loader) == 1.0
