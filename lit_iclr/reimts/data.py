@@ -1,0 +1,126 @@
+"""PhysioNet/CinC 2012 forecasting DataModule: the real record files, or a generated default in that exact format."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader, Dataset
+
+from lit_iclr.core import BaseDataModule, DatasetFormatError
+
+from .generator import generate_physionet
+from .physionet import VARIABLES, load_records
+from .protocol import records_to_samples, standardise
+
+KEYS = ("x", "x_mask", "x_time", "y", "y_mask", "y_time")
+
+
+class DictDataset(Dataset):
+    """Rows of equally long tensors, served as dicts (the batch keys say what each tensor is)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], index: torch.Tensor):
+        self.tensors = {k: v[index] for k, v in tensors.items()}
+        self.n = len(index)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v[i] for k, v in self.tensors.items()}
+
+
+class PhysioNet2012(BaseDataModule):
+    default_name = "physionet2012"
+    default_version = 1
+    model_links = {"n_vars": "n_vars", "lookback_hours": "lookback_hours", "forecast_hours": "forecast_hours",
+                   "record_hours": "record_hours"}
+
+    def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 32, num_workers: int = 0,
+                 num_patients: int = 3000, generator_seed: int = 0, lookback_hours: float = 36.0,
+                 forecast_hours: float = 3.0, record_hours: float = 48.0, resolution_minutes: int = 60,
+                 split_seed: int = 0, test_fraction: float = 0.1, val_fraction: float = 0.1, cache: bool = True):
+        """
+        Args:
+            root: Folder holding PhysioNet 2012 `set-a/`, `set-b/`, `set-c/` record folders; null: generated default.
+            data_dir: Cache folder where the generated default dataset (and the parsed-tensor cache) is written.
+            batch_size: Samples per batch.
+            num_workers: DataLoader worker processes.
+            num_patients: Records written by the default generator.
+            generator_seed: Seed of the default generator.
+            lookback_hours: Input window: observations in [0, lookback) hours (benchmark: 36).
+            forecast_hours: Targets: observed values in [lookback, lookback + forecast) hours (benchmark: 3).
+            record_hours: Record length; timestamps are scaled to [0, 1] by it (benchmark: 48).
+            resolution_minutes: Observations are averaged per bin of this many minutes (benchmark: 60, hourly).
+            split_seed: Seed of the random train/val/test split of the records.
+            test_fraction: Share of records held out for test.
+            val_fraction: Share of the remaining records used for validation (0.1 gives the 81/9/10 split).
+            cache: Cache the parsed records as a `.pt` next to the data (keyed by the files' names, sizes, mtimes).
+        """
+        super().__init__(root, data_dir, batch_size, num_workers)
+        self.num_patients, self.generator_seed = num_patients, generator_seed
+        self.lookback_hours, self.forecast_hours, self.record_hours = lookback_hours, forecast_hours, record_hours
+        self.resolution_minutes = resolution_minutes
+        self.split_seed, self.test_fraction, self.val_fraction, self.cache = split_seed, test_fraction, val_fraction, cache
+        self.n_vars = len(VARIABLES)
+        self.variable_names = list(VARIABLES)
+        self.splits: dict[str, DictDataset] = {}
+
+    @property
+    def path(self) -> Path:
+        if self.root is not None:
+            return Path(self.root).expanduser()
+        return Path(self.data_dir) / f"{self.default_name}-n{self.num_patients}-s{self.generator_seed}-v{self.default_version}"
+
+    def generate_default(self, out_dir: Path) -> None:
+        generate_physionet(out_dir, self.num_patients, self.generator_seed)
+
+    def cache_dir(self) -> Path | None:
+        """`<data>/.cache` when the data folder is writable, else `<data_dir>/cache` (read-only real data)."""
+        if not self.cache:
+            return None
+        return self.path / ".cache" if os.access(self.path, os.W_OK) else Path(self.data_dir) / "cache"
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        records = load_records(self.path, self.cache_dir())
+        samples, dropped = records_to_samples(records, self.lookback_hours, self.forecast_hours, self.record_hours,
+                                              self.resolution_minutes)
+        if dropped:
+            rank_zero_warn(f"{len(dropped)} of {len(records.files)} records have no observation in the "
+                           f"{self.lookback_hours} h lookback or the next {self.forecast_hours} h and are left out "
+                           f"(e.g. {', '.join(dropped[:3])})")
+        n = len(samples["record_id"])
+        if n < 3:
+            raise DatasetFormatError(self.path, f"only {n} usable records", "point `root` at the full record folders")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
+        n_test = max(1, round(n * self.test_fraction))
+        n_val = max(1, round((n - n_test) * self.val_fraction))
+        index = {"test": perm[:n_test], "val": perm[n_test:n_test + n_val], "train": perm[n_test + n_val:]}
+        self.mean, self.std = standardise(samples, index["train"])
+        for k in KEYS:
+            if not torch.isfinite(samples[k]).all():
+                raise DatasetFormatError(self.path, f"non-finite values in `{k}` after standardisation",
+                                         "check the records for extreme values")
+        tensors = {k: samples[k] for k in (*KEYS, "record_id")}
+        self.splits = {name: DictDataset(tensors, idx) for name, idx in index.items()}
+
+    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader("val")
+
+    def test_dataloader(self):
+        return self._loader("test")
+
+    def describe(self) -> str:
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in self.splits.items())
+        return (f"PhysioNet 2012 records at {self.path} ({sizes}); {self.n_vars} variables, {self.lookback_hours} h "
+                f"lookback -> observed values in the next {self.forecast_hours} h, {self.resolution_minutes}-min bins.")

@@ -1,0 +1,91 @@
+"""Timestamp-preserving recursive split of IMTS samples into sub-samples over shorter and shorter periods (ReIMTS §3).
+
+Level 0 covers the whole window [0, P_0); each level-l sub-sample of period P_{l-1} starting at s is split into
+N_l = ceil(P_{l-1} / P_l) children covering [s + k P_l, min(s + (k+1) P_l, parent end)), k = 0..N_l-1. An observation
+goes to the child whose period holds its *real* timestamp: nothing is resampled or interpolated. Children are ordered
+parent-major, so row `b * M_l + m` of a level is sub-sample m of sample b and its parent is row `b * M_{l-1} + m // N_l`.
+
+Everything here is tensor ops over the whole batch (no per-sample loop): bucket ids by floor division, the slot of an
+observation inside its bucket by a cumulative count, and one scatter into a (B * M_l, K_l, V) block.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def level_layout(periods: list[float]) -> tuple[list[int], list[list[tuple[float, float]]]]:
+    """Children per level N_l and each level's sub-sample windows [(start, end)] (same units as `periods`).
+
+    `periods[0]` is the whole window (lookback + forecast); the rest are the shorter periods, longest first.
+    """
+    if any(p <= 0 for p in periods) or any(b > a for a, b in zip(periods, periods[1:], strict=False)):
+        raise ValueError(f"periods must be positive and non-increasing, got {periods}")
+    n_children = [1] + [math.ceil(round(a / b, 9)) for a, b in zip(periods, periods[1:], strict=False)]
+    windows = [[(0.0, float(periods[0]))]]
+    for p, n in zip(periods[1:], n_children[1:], strict=True):
+        windows.append([(s + k * p, min(s + (k + 1) * p, e)) for s, e in windows[-1] for k in range(n)])
+    return n_children, windows
+
+
+def bucket_index(t: Tensor, periods: list[float], n_children: list[int]) -> list[Tensor]:
+    """Per level, the sub-sample (0..M_l-1) holding each timestamp `t` (any shape, same units as periods)."""
+    idx = torch.zeros_like(t, dtype=torch.long)
+    start = torch.zeros_like(t)
+    out = [idx]
+    for p, n in zip(periods[1:], n_children[1:], strict=True):
+        # k = floor((t - s_parent) / P_l), kept inside the parent (the last child may be shorter than P_l)
+        k = torch.floor((t - start) / p + 1e-6).long().clamp(0, n - 1)
+        idx = idx * n + k
+        start = start + k * p
+        out.append(idx)
+    return out
+
+
+def scatter_to_buckets(bucket: Tensor, valid: Tensor, n_buckets: int, tensors: dict[str, Tensor],
+                       min_slots: int = 1) -> dict[str, Tensor]:
+    """Move each valid time slot of (B, L, ...) tensors into (B * n_buckets, K, ...), K = most slots in one bucket.
+
+    `bucket` (B, L) is the sub-sample of each slot and `valid` (B, L) marks real (not padding) slots. Within a bucket
+    the slots keep their time order; unused slots are zeros (so masks are 0 there).
+    """
+    B, L = bucket.shape
+    onehot = torch.nn.functional.one_hot(bucket, n_buckets) * valid.unsqueeze(-1).long()  # (B, L, M)
+    rank = (onehot.cumsum(1) * onehot).sum(-1) - 1  # position of the slot inside its bucket, -1 for padding
+    K = max(int(onehot.sum(1).max()) if L else 0, min_slots)
+    b = torch.arange(B, device=bucket.device).unsqueeze(1).expand(B, L)
+    keep = valid & (rank >= 0)
+    dest = ((b * n_buckets + bucket) * K + rank)[keep]  # flat destination row of every valid slot
+    out = {}
+    for name, x in tensors.items():
+        flat = x.new_zeros((B * n_buckets * K, *x.shape[2:]))
+        flat[dest] = x[keep]
+        out[name] = flat.view(B * n_buckets, K, *x.shape[2:])
+    return out
+
+
+def recursive_split(x: Tensor, x_mask: Tensor, x_time: Tensor, periods: list[float], time_scale: float
+                    ) -> list[dict[str, Tensor]]:
+    """Split a batch into the sub-samples of every level.
+
+    Args:
+        x, x_mask: (B, L, V) values and observed flags; x_time: (B, L) timestamps in [0, 1] (hours / time_scale).
+        periods: [window, P_1, P_2, ...] in hours. time_scale: hours that map to time 1 (record length).
+    Returns:
+        One dict per level with `x`, `x_mask`, `x_time` of shape (B * M_l, K_l, ...) and `start`, `end` (B * M_l,) in
+        the scaled time of each sub-sample's window.
+    """
+    n_children, windows = level_layout(periods)
+    t_hours = x_time * time_scale
+    valid = x_mask.amax(-1) > 0
+    levels = []
+    for bucket, win in zip(bucket_index(t_hours, periods, n_children), windows, strict=True):
+        M = len(win)
+        sub = scatter_to_buckets(bucket, valid, M, {"x": x, "x_mask": x_mask, "x_time": x_time})
+        w = torch.tensor(win, dtype=x_time.dtype, device=x.device) / time_scale  # (M, 2)
+        sub["start"] = w[:, 0].repeat(x.shape[0])
+        sub["end"] = w[:, 1].repeat(x.shape[0])
+        levels.append(sub)
+    return levels
