@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -17,7 +18,8 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from . import registry
 from .core.data import BaseDataModule
-from .core.errors import ConfigError, LitIclrError
+from .core.errors import CheckpointError, ConfigError, LitIclrError
+from .core.hub import read_checkpoint
 from .core.module import BaseModule
 from .core.progress import LineProgressBar, use_line_progress
 from .core.runs import resolve_run_dir
@@ -78,6 +80,19 @@ class LitIclrCLI(LightningCLI):
         parser.set_defaults({"checkpoint.save_last": True})
         for source, target in collect_links():
             parser.link_arguments(source, target, apply_on="instantiate")
+
+    def _parse_ckpt_path(self) -> None:
+        """Refuse a checkpoint of another model class before Lightning copies its hyperparameters into the config."""
+        sub = self.config.get("subcommand")
+        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            saved = read_checkpoint(ckpt_path).get("lit_iclr_class")
+            wanted = self.config[sub]["model"]["class_path"]
+            if saved is not None and saved != wanted:
+                raise CheckpointError(ckpt_path, f"was written by {saved}, but the config selects {wanted}",
+                                      f"use `--model {saved.rsplit('.', 1)[-1]}` with that method's config, "
+                                      "or a checkpoint of this model")
+        super()._parse_ckpt_path()
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -152,6 +167,7 @@ def main(args: list[str] | None = None) -> LitIclrCLI | None:
         hub_main(argv[1:])
         return None
     try:
+        _check_config_files(argv)
         return LitIclrCLI(args=argv)
     except LitIclrError as e:
         _fail(str(e))
@@ -160,6 +176,25 @@ def main(args: list[str] | None = None) -> LitIclrCLI | None:
             _fail(_explain_parse_error(str(e)))
         raise
     return None
+
+
+def _check_config_files(argv: list[str]) -> None:
+    """Every `--config FILE` exists and is valid YAML, or one error naming the file and the line."""
+    import yaml
+
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith("--config=") else None)
+        if path is None:
+            continue
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path} not found (configs are in configs/<method>.yaml)")
+        try:
+            yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from None
 
 
 def _fail(message: str) -> None:

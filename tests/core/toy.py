@@ -47,6 +47,10 @@ class ToyRegression(BaseModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+class OtherToy(ToyRegression):
+    """Another model class, to check that its checkpoints are refused by ToyRegression."""
+
+
 class _Dict(TensorDataset):
     def __getitem__(self, i):
         x, y = super().__getitem__(i)
