@@ -332,15 +332,19 @@ def _fused_class(model: nn.Module, block: MoEBlock):
     raise UnsupportedMoEError(f"{type(model).__name__}: no fused experts class in {mod.__name__}")
 
 
-def common_width(model: nn.Module) -> int:
-    """The width HF configs can express for all experts: the largest kept width, adjusted so DeepSeek's shared
-    experts (`moe_intermediate_size * n_shared_experts`) keep their size."""
+def common_width(model: nn.Module, align: int = 8) -> int:
+    """The one width an HF config can express for all experts: the largest kept width, rounded up to a multiple of
+    `align` (transformers' grouped-GEMM kernels need 16-byte strides) and, for DeepSeek, to a divisor of the shared
+    experts' width (`moe_intermediate_size * n_shared_experts` must keep its value)."""
     blocks = check_moe(model)
-    width = max(max(b.widths()) for b in blocks)
+    kept = max(max(b.widths()) for b in blocks)
+    width = -(-kept // align) * align
     cfg = model.config
     if getattr(cfg, "n_shared_experts", None) and cfg.model_type.startswith("deepseek"):
         total = cfg.moe_intermediate_size * cfg.n_shared_experts
-        width = min(w for w in range(width, total + 1) if total % w == 0) if width <= total else width
+        fits = [w for w in range(width, total + 1) if total % w == 0 and w % align == 0]
+        fits = fits or [w for w in range(kept, total + 1) if total % w == 0]
+        width = fits[0] if fits else width
     return width
 
 
