@@ -104,7 +104,9 @@ def export(ckpt_path: str | Path, out_dir: str | Path) -> Path:
     info = json.loads((run_dir / "run_info.json").read_text()) if (run_dir / "run_info.json").exists() else {}
     info["global_step"] = ckpt.get("global_step")
     run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").exists() else None
-    model_cfg = {"class_path": cls, "init_args": _plain(dict(hparams))}
+    # LightningCLI adds `_class_path`/`_instantiator` to the hyperparameters; the class is recorded separately.
+    init_args = {k: v for k, v in dict(hparams).items() if not k.startswith("_")}
+    model_cfg = {"class_path": cls, "init_args": _plain(init_args)}
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise LitIclrError(f"{out_dir} already exists: choose another --out or remove it")

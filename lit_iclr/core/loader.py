@@ -2,40 +2,64 @@
 
 The shuffle order of epoch e depends only on (seed, e) (`EpochShuffleSampler`), and the loader reports how many batches
 of the current epoch it has yielded through `state_dict()`, which Lightning stores in the checkpoint and hands back
-through `load_state_dict()` on resume; the sampler then skips those samples. Under DDP Lightning swaps in its
-`DistributedSampler`, which is seeded by epoch in the same way.
+through `load_state_dict()` on resume; the sampler then skips those samples. Under DDP each rank takes its share of
+the same permutation.
 """
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
-class EpochShuffleSampler(Sampler[int]):
-    """Indices 0..n-1, permuted by a generator seeded with `seed + epoch` (identity when `shuffle` is false)."""
+class EpochShuffleSampler(DistributedSampler):
+    """Indices permuted by a generator seeded with `seed + epoch`, split across ranks like `DistributedSampler`.
 
-    def __init__(self, n: int, shuffle: bool = True, seed: int = 0):
-        self.n, self.shuffle, self.seed = n, shuffle, seed
+    Being a `DistributedSampler`, Lightning keeps it under DDP instead of wrapping it in a second shuffle; the rank's
+    share is `order[rank::world]`, so the union of all ranks' k-th batches is the single-process k-th batch of the
+    same global size. `seed=None` follows `seed_everything` (PL_GLOBAL_SEED), as Lightning's own sampler does.
+    """
+
+    def __init__(self, n: int, shuffle: bool = True, seed: int | None = None):  # noqa: D107 - no process group needed
+        self.n, self.shuffle, self._seed = n, shuffle, seed
         self.epoch = 0
         self.skip = 0
+        self.drop_last = False
+
+    @property
+    def seed(self) -> int:
+        return self._seed if self._seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    @staticmethod
+    def _world() -> tuple[int, int]:
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size(), dist.get_rank()
+        return 1, 0
 
     def set_epoch(self, epoch: int) -> None:  # called by Lightning at the start of every epoch
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
+        world, rank = self._world()
         if self.shuffle:
             order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
         else:
             order = torch.arange(self.n)
+        pad = -self.n % world  # equal shares per rank, padded from the start as DistributedSampler does
+        if pad:
+            order = torch.cat([order, order[:pad]])
+        share = order[rank::world]
         start, self.skip = self.skip, 0
-        return iter(order[start:].tolist())
+        return iter(share[start:].tolist())
 
     def __len__(self) -> int:
-        return self.n
+        return math.ceil(self.n / self._world()[0])
 
 
 class ResumableDataLoader(DataLoader):
@@ -45,10 +69,12 @@ class ResumableDataLoader(DataLoader):
     platform's Trainer always adds: the loader itself cannot tell, since Lightning fetches batches ahead of the step.
     """
 
-    def __init__(self, dataset: Dataset, batch_size: int = 1, shuffle: bool = False, seed: int = 0, **kwargs: Any):
+    def __init__(self, dataset: Dataset, batch_size: int = 1, shuffle: bool = False, seed: int | None = None,
+                 **kwargs: Any):
         self.seed = seed
-        super().__init__(dataset, batch_size=batch_size, sampler=EpochShuffleSampler(len(dataset), shuffle, seed),
-                         **kwargs)
+        # Lightning re-creates the loader with its DistributedSampler under DDP (same seed + epoch permutation).
+        sampler = kwargs.pop("sampler", None) or EpochShuffleSampler(len(dataset), shuffle, seed)
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
         self.consumed = 0
 
     def state_dict(self) -> dict[str, int]:
