@@ -1,0 +1,148 @@
+"""LightningModules of NAMEx's settings: image classification (+ zero-shot corruption robustness) and text."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor
+
+from lit_iclr.core import BaseModule
+from lit_iclr.core.figures import log_figure, plt
+
+from .ffn import MergeOptions
+from .model import MoEViT, aux_loss, contribution_spread
+
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+
+
+def as_options(merge: MergeOptions | dict | None) -> MergeOptions:
+    """MergeOptions from the CLI (dataclass), a checkpoint's hyperparameters (dict) or nothing (defaults)."""
+    if isinstance(merge, dict):
+        return MergeOptions(**merge)
+    return merge or MergeOptions()
+
+
+def _default_optimizer(params):
+    return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)
+
+
+class MergingModule(BaseModule):
+    """What every NAMEx task shares: the router balancing loss, a warm-up + cosine schedule, the balance diagnostic."""
+
+    def __init__(self, aux_coef: float, warmup_frac: float, optimizer: OptimizerCallable):
+        super().__init__()
+        self.aux_coef, self.warmup_frac, self.optimizer = aux_coef, warmup_frac, optimizer
+
+    def add_aux(self, loss: Tensor) -> Tensor:
+        """loss + aux_coef * sum of the routers' cv^2(importance) + cv^2(load)."""
+        return loss + self.aux_coef * aux_loss(self.net).to(loss.device)
+
+    def log_balance(self) -> None:
+        """val/contrib_cv_{nash,uniform}: spread of ||alpha_i tau_i|| vs ||tau_i|| across experts (NAMEx only)."""
+        spread = contribution_spread(self.net)
+        if spread is not None:
+            self.log("val/contrib_cv_nash", spread[0])
+            self.log("val/contrib_cv_uniform", spread[1])
+
+    def configure_optimizers(self):
+        opt = self.optimizer(self.parameters())
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        warmup = max(int(self.warmup_frac * total), 1)
+
+        def factor(step: int) -> float:  # linear warm-up, then cosine to zero
+            if step < warmup:
+                return (step + 1) / warmup
+            return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * (step - warmup) / max(total - warmup, 1)))).item()
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class NAMExImageClassifier(MergingModule):
+    """ViT (timm blocks) whose FFNs are merging layers; tests clean and, zero-shot, on corrupted images."""
+
+    def __init__(self, num_classes: int = 10, img_size: int = 28, patch_size: int = 4, dim: int = 64, depth: int = 4,
+                 num_heads: int = 4, mlp_ratio: float = 2.0, drop: float = 0.0, merge: MergeOptions | None = None,
+                 aux_coef: float = 1e-2, label_smoothing: float = 0.0, warmup_frac: float = 0.05,
+                 optimizer: OptimizerCallable = _default_optimizer):
+        """
+        Args:
+            num_classes: Number of classes (linked from the data).
+            img_size: Image side in pixels (linked from the data).
+            patch_size: ViT patch side.
+            dim: Model width.
+            depth: Transformer blocks (= merging layers, = propagation steps of EP-CAMEx/NAMEx).
+            num_heads: Attention heads.
+            mlp_ratio: Hidden width of one expert / dim.
+            drop: Dropout in attention projection and FFN.
+            merge: The FFN layer family and its options (mode dense/smoe/smear/camex/ep_camex/namex ...).
+            aux_coef: Weight of the router balancing loss.
+            label_smoothing: Cross-entropy label smoothing.
+            warmup_frac: Fraction of the steps spent in linear learning-rate warm-up before the cosine decay.
+            optimizer: Optimizer factory.
+        """
+        super().__init__(aux_coef, warmup_frac, optimizer)
+        merge = as_options(merge)
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.merge = merge
+        self.net = MoEViT(num_classes, img_size, patch_size, 1, dim, depth, num_heads, mlp_ratio, drop, merge)
+        self._test_counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Images in [0, 1] (B, 1, H, W) -> logits."""
+        return self.net((x - FASHION_MEAN) / FASHION_STD)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        logits = self(batch["x"])
+        ce = F.cross_entropy(logits, batch["y"], label_smoothing=self.hparams.label_smoothing)
+        loss = self.add_aux(ce)
+        self.log("train/loss", ce, prog_bar=True)
+        self.log("train/acc", (logits.argmax(-1) == batch["y"]).float().mean())
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        logits = self(batch["x"])
+        self.log("val/loss", F.cross_entropy(logits, batch["y"]), sync_dist=True)
+        self.log("val/acc", (logits.argmax(-1) == batch["y"]).float().mean(), prog_bar=True, sync_dist=True)
+        if batch_idx == 0:
+            self.log_balance()
+
+    def on_test_epoch_start(self) -> None:
+        self._test_counts.clear()
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        correct = (self(batch["x"]).argmax(-1) == batch["y"]).sum()
+        counts = self._test_counts[dataloader_idx]
+        counts[0] += int(correct)
+        counts[1] += len(batch["y"])
+
+    def on_test_epoch_end(self) -> None:
+        names = getattr(self.trainer.datamodule, "test_names", None) or ["clean"]
+        acc = {names[i]: c / max(n, 1) for i, (c, n) in sorted(self._test_counts.items())}
+        for name, a in acc.items():
+            self.log(f"test/acc/{name}", a)
+        corrupted = [a for name, a in acc.items() if name != "clean"]
+        if "clean" in acc:
+            self.log("test/acc_clean", acc["clean"])
+        if corrupted:
+            self.log("test/acc_corrupted", sum(corrupted) / len(corrupted))
+            self._plot_robustness(acc)
+
+    def _plot_robustness(self, acc: dict[str, float]) -> None:
+        by_kind: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for name, a in acc.items():
+            if "/" in name:
+                kind, sev = name.split("/")
+                by_kind[kind].append((int(sev), a))
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for kind, points in sorted(by_kind.items()):
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=kind)
+        if "clean" in acc:
+            ax.axhline(acc["clean"], color="k", ls="--", lw=1, label="clean")
+        ax.set(xlabel="severity", ylabel="accuracy", title=f"{self.merge.mode}: zero-shot corruptions")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        log_figure(self, "test/robustness", fig)

@@ -1,0 +1,53 @@
+"""Expert propagation across layers (EP-CAMEx) and its complex-momentum variant (NAMEx).
+
+EP-CAMEx carries the merged expert of layer l forward as the base expert of layer l+1 (E_base^{l+1} = E_hat^l), a
+gradient-like iteration whose "time" is the layer index. NAMEx accelerates it with complex momentum (Lorraine et al.,
+2022):
+
+    mu^{l+1}     = beta * mu^l + Delta^l,        beta = |beta| e^{i theta} in C,  mu^1 = 0
+    E_base^{l+1} = E_base^l + gamma * Re(mu^{l+1})
+
+The complex buffer is stored as two real tensors (re, im), so nothing downstream (FSDP, autocast, optimizers) sees
+complex dtypes. With theta = 0 the imaginary part stays zero and this is heavy-ball momentum; with beta = 0 it is
+EP-CAMEx.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+def complex_momentum_step(mu_re: Tensor, mu_im: Tensor, delta: Tensor, beta_abs: float, beta_phase: float
+                          ) -> tuple[Tensor, Tensor]:
+    """mu <- beta mu + delta for complex beta = beta_abs * exp(i beta_phase) and real delta; returns (re, im)."""
+    b_re, b_im = beta_abs * math.cos(beta_phase), beta_abs * math.sin(beta_phase)
+    return b_re * mu_re - b_im * mu_im + delta, b_re * mu_im + b_im * mu_re
+
+
+@dataclass
+class PropagationState:
+    """What layer l hands to layer l+1 in one forward pass: the base expert and the momentum buffer (per merge unit)."""
+
+    base: Tensor               # (U, P) flat base-expert parameters of the next layer
+    mu_re: Tensor | None = None
+    mu_im: Tensor | None = None
+
+
+class Chain:
+    """A plain object shared by the merging layers of one network, through which they pass `PropagationState`.
+
+    Layer 0 of a chain never reads the state (it starts from its own learned base), so the chain needs no reset between
+    forward passes; layers must run in index order, which every sequential stack (timm blocks, HF decoders) does.
+    It is deliberately not an nn.Module: it holds activations, not parameters, and must not enter state dicts.
+    """
+
+    def __init__(self) -> None:
+        self.state: PropagationState | None = None
+        self.length = 0
+
+    def register(self) -> int:
+        """Give the next layer its index in the chain."""
+        self.length += 1
+        return self.length - 1
