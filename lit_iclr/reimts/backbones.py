@@ -25,12 +25,6 @@ import torch
 from torch import Tensor, nn
 
 
-def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
-    """Softmax over `dim` restricted to `mask`; a row with nothing observed gets all-zero weights (not NaN)."""
-    p = torch.softmax(scores.masked_fill(~mask, -1e9), dim=dim)
-    return p * mask
-
-
 class GatedFusion(nn.Module):
     """Irregularity-aware gated residual fusion: h <- h + sigmoid(W r) * r (ReIMTS, representation fusion)."""
 
@@ -149,6 +143,19 @@ class _TimeEmbedding(nn.Module):
         return torch.cat([self.linear(t), torch.sin(self.periodic(t))], -1)
 
 
+def per_channel_attention(scores: Tensor, vals: Tensor, mask: Tensor) -> Tensor:
+    """mTAN's masked attention: for each channel c, softmax of `scores` over the slots where mask[..., c] = 1.
+
+    scores (R, H, Nq, L); vals, mask (R, L, C) -> (R, H, Nq, C). Computed as two matmuls,
+    sum_l e_l m_lc v_lc / sum_l e_l m_lc with e = exp(s - max_l s) (the shared max cancels in the ratio), instead of a
+    (R, H, Nq, L, C) softmax; a channel with no observation gets 0.
+    """
+    R, H, Nq, L = scores.shape
+    e = torch.exp(scores - scores.amax(-1, keepdim=True)).reshape(R, H * Nq, L)
+    num, den = torch.bmm(e, vals * mask), torch.bmm(e, mask)
+    return (num / den.clamp_min(1e-30) * (den > 0)).view(R, H, Nq, -1)
+
+
 class MTAN(nn.Module):
     repr_kind = "time"
 
@@ -194,9 +201,8 @@ class MTAN(nn.Module):
         k = self.wk(self.phi(x_time)).view(R, L, self.h, self.e)
         scores = torch.einsum("rihe,rlhe->rhil", q, k) / math.sqrt(self.e)  # (R, H, n_ref, L)
         vals = torch.cat([x * x_mask, x_mask], -1)  # (R, L, 2V)
-        m = torch.cat([x_mask, x_mask], -1) > 0
-        att = masked_softmax(scores.unsqueeze(-1), m.view(R, 1, 1, L, 2 * V), dim=3)  # per-variable softmax over L
-        h = torch.einsum("rhilc,rlc->rihc", att, vals).reshape(R, self.n_ref, -1)
+        h = per_channel_attention(scores, vals, torch.cat([x_mask, x_mask], -1))  # (R, H, n_ref, 2V)
+        h = h.transpose(1, 2).reshape(R, self.n_ref, -1)
         z = self.to_z(self.enc_gru(self.enc_att_out(h))[0])  # (R, n_ref, D)
         if parent is not None and self.fusion is not None:
             r = torch.einsum("rsd,st->rtd", parent, self.P)  # r~ = (r_time^T P)^T

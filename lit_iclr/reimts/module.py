@@ -1,6 +1,8 @@
 """LightningModule for IMTS forecasting: a backbone alone, ReIMTS(backbone), ReIMTS without fusion, or resampling."""
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 
@@ -25,8 +27,8 @@ class IMTSForecaster(BaseModule):
         lookback_hours: float = 36.0,
         forecast_hours: float = 3.0,
         record_hours: float = 48.0,
-        backbone: str = "grafiti",
-        variant: str = "reimts",
+        backbone: Literal["grafiti", "mtan"] = "grafiti",
+        variant: Literal["backbone", "reimts", "reimts_nofusion", "resampling"] = "reimts",
         periods: list[float] = (24.0, 12.0),
         resample_bins: list[float] = (12.0, 4.0),
         d_model: int = 32,
