@@ -1,0 +1,103 @@
+"""Lightning's overhead: the same model, data and optimizer trained N steps through the platform's Trainer and through a
+plain PyTorch loop, interleaved in one run; prints a markdown table of the time ratio (target <= 1.10).
+
+    .venv/bin/python benchmarks/platform.py [--steps 300] [--repeats 5] [--width 512]
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# Run as a script, this file's folder comes first on sys.path and its name would shadow the stdlib `platform` module
+# that torch imports; drop the folder before importing anything else.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from lit_iclr.core.loggers import RunCSVLogger  # noqa: E402
+from lit_iclr.core.module import BaseModule  # noqa: E402
+from lit_iclr.core.trainer import Trainer  # noqa: E402
+
+
+def make_net(width: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 1))
+
+
+class Regressor(BaseModule):
+    def __init__(self, width: int):
+        super().__init__()
+        self.net = make_net(width)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+        self.log("train/loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def data(steps: int, batch: int) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(steps * batch, 64, generator=g)
+    return DataLoader(TensorDataset(x, x[:, :8].sum(1)), batch_size=batch, shuffle=False)
+
+
+def plain(steps: int, batch: int, width: int) -> float:
+    net, loader = make_net(width), data(steps, batch)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    t = time.perf_counter()
+    for x, y in loader:
+        loss = nn.functional.mse_loss(net(x).squeeze(-1), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return time.perf_counter() - t
+
+
+def lightning(steps: int, batch: int, width: int, logging: bool) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(max_steps=steps, accelerator="cpu", devices=1, enable_progress_bar=False,
+                          enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
+                          logger=RunCSVLogger(tmp) if logging else False, log_every_n_steps=50,
+                          default_root_dir=tmp)
+        model, loader = Regressor(width), data(steps, batch)
+        t = time.perf_counter()
+        trainer.fit(model, loader)
+        return time.perf_counter() - t
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    lightning(20, args.batch, args.width, False)  # warm-up: imports, first-call costs
+    times: dict[str, list[float]] = {"plain": [], "trainer": [], "trainer+csv": []}
+    for _ in range(args.repeats):  # interleaved, so machine noise hits all three alike
+        times["plain"].append(plain(args.steps, args.batch, args.width))
+        times["trainer"].append(lightning(args.steps, args.batch, args.width, False))
+        times["trainer+csv"].append(lightning(args.steps, args.batch, args.width, True))
+    base = statistics.median(times["plain"])
+    print(f"\n{args.steps} steps, batch {args.batch}, MLP width {args.width}, 1 thread, median of {args.repeats}\n")
+    print("| loop | median time (s) | ms / step | ratio vs plain PyTorch |")
+    print("|---|---|---|---|")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"| {name} | {med:.3f} | {1000 * med / args.steps:.2f} | {med / base:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
