@@ -1,7 +1,8 @@
 """NAMEx: Nash Merging of Experts (expert merging in SMoE with Nash bargaining and complex momentum), with the
 baselines it is compared to (dense, top-k SMoE, SMEAR, CAMEx, EP-CAMEx) as options of one FFN layer family."""
-from .data import FashionMNISTData
+from .data import CorpusTopicData, FashionMNISTData
 from .ffn import MergeOptions, MergingFFN
-from .module import NAMExImageClassifier
+from .module import NAMExImageClassifier, NAMExLanguageModel, NAMExTopicClassifier
 
-__all__ = ["FashionMNISTData", "MergeOptions", "MergingFFN", "NAMExImageClassifier"]
+__all__ = ["CorpusTopicData", "FashionMNISTData", "MergeOptions", "MergingFFN", "NAMExImageClassifier",
+           "NAMExLanguageModel", "NAMExTopicClassifier"]

@@ -3,6 +3,9 @@
 `FashionMNISTData`: image classification on the real Fashion-MNIST IDX files (Debian `dataset-fashion-mnist`), read by
 `lit_iclr.core.idx`, with a zero-shot corruption-robustness test set generated from the real test images
 (`corruptions.py`, ImageNet-C style).
+
+Language modelling uses the platform's `lit_iclr.core.corpus.CorpusDataModule` directly; `CorpusTopicData` serves the
+same corpus as topic-classification batches (its 12 Wikipedia topics).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core.corpus import CorpusDataModule
 from lit_iclr.core.idx import FASHION_MNIST_CLASSES, FASHION_MNIST_DIR, load_fashion_mnist
 from lit_iclr.core.loader import ResumableDataLoader
 
@@ -119,3 +123,48 @@ class FashionMNISTData(BaseDataModule):
         return (f"Fashion-MNIST IDX files in {self.path}: {self.train_size or 'all'} training / {self.val_size} "
                 f"validation images; test on {self.test_size or 10000} images, clean and under "
                 f"{len(self.corruptions)} corruptions x severities {self.severities} (zero-shot).")
+
+
+class CorpusTopicData(CorpusDataModule):
+    """The platform's offline Wikipedia corpus (`lit_iclr.core.corpus`) served as topic-classification batches.
+
+    Train / validation / test are the corpus' own hash splits; `train_per_class` caps the training documents per topic
+    (the 12 topics are unbalanced and the CPU budget small), evaluation uses every labelled document of its split.
+    """
+
+    # Linked from an attribute only this class has: `num_topics` itself also exists on CorpusDataModule, whose link
+    # would then reach language models, which have no such argument.
+    model_links = {"vocab_size": "vocab_size", "topic_label_count": "num_topics"}
+
+    def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 32, num_workers: int = 0,
+                 seq_len: int = 128, vocab_size: int = 4096, sources: list[str] | None = None,
+                 train_per_class: int | None = 150, eval_per_class: int | None = None, seed: int = 0):
+        """
+        Args:
+            root: Your own corpus folder (see CorpusDataModule); null: the installed Wikipedia leads.
+            data_dir: Cache folder of the tokenised corpus.
+            batch_size: Documents per batch.
+            num_workers: DataLoader workers (unused: documents are tokenised in memory).
+            seq_len: Tokens kept per document.
+            vocab_size: BPE vocabulary size (linked to the model).
+            sources: Installed corpora (only "wikipedia" has topics).
+            train_per_class: Training documents per topic (null: all).
+            eval_per_class: Validation/test documents per topic (null: all).
+            seed: Shuffle seed.
+        """
+        super().__init__(root, data_dir, batch_size, num_workers, seq_len, vocab_size, sources, seed=seed)
+        self.train_per_class, self.eval_per_class = train_per_class, eval_per_class
+
+    @property
+    def topic_label_count(self) -> int:
+        """Number of topic labels (reads the corpus cache's topics.json, building the cache on first use)."""
+        return self.num_topics
+
+    def train_dataloader(self) -> DataLoader:
+        return self.topic_dataloader("train", per_class=self.train_per_class, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.topic_dataloader("validation", per_class=self.eval_per_class, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.topic_dataloader("test", per_class=self.eval_per_class, shuffle=False)

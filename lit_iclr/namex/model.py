@@ -99,9 +99,13 @@ class MoETextTransformer(nn.Module):
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
         """tokens (B, T) -> (B, T, vocab) next-token logits (lm) or (B, num_labels) (topic; `mask` marks real tokens)."""
+        if tokens.shape[1] > self.pos.shape[1]:
+            raise ValueError(f"sequence of {tokens.shape[1]} tokens is longer than max_len={self.pos.shape[1]}")
         x = self.tok(tokens) + self.pos[:, : tokens.shape[1]]
+        causal = self.task == "lm"
+        attn_mask = None if (causal or mask is None) else mask.bool()[:, None, None, :]  # keys: real tokens only
         for block in self.blocks:
-            x = block(x, is_causal=self.task == "lm")
+            x = block(x, attn_mask=attn_mask, is_causal=causal)
         x = self.norm(x)
         if self.task == "lm":
             return self.head(x)

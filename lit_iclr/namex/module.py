@@ -12,7 +12,7 @@ from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure, plt
 
 from .ffn import MergeOptions
-from .model import MoEViT, aux_loss, contribution_spread
+from .model import MoETextTransformer, MoEViT, aux_loss, contribution_spread
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
@@ -146,3 +146,125 @@ class NAMExImageClassifier(MergingModule):
         ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         log_figure(self, "test/robustness", fig)
+
+
+class NAMExLanguageModel(MergingModule):
+    """Causal transformer LM with merging FFNs (segment-level merges, routed on the previous segment); perplexity."""
+
+    def __init__(self, vocab_size: int = 4096, max_len: int = 512, dim: int = 64, depth: int = 4, num_heads: int = 4,
+                 mlp_ratio: float = 2.0, drop: float = 0.0, merge: MergeOptions | None = None,
+                 aux_coef: float = 1e-2, warmup_frac: float = 0.05, optimizer: OptimizerCallable = _default_optimizer):
+        """
+        Args:
+            vocab_size: BPE vocabulary size (linked from the corpus).
+            max_len: Longest sequence the learned positions cover (>= the corpus seq_len).
+            dim: Model width.
+            depth: Transformer blocks (= merging layers).
+            num_heads: Attention heads.
+            mlp_ratio: Hidden width of one expert / dim.
+            drop: Dropout.
+            merge: The FFN layer family and its options; `segment` must divide the sequence length.
+            aux_coef: Weight of the router balancing loss.
+            warmup_frac: Fraction of the steps in linear learning-rate warm-up.
+            optimizer: Optimizer factory.
+        """
+        super().__init__(aux_coef, warmup_frac, optimizer)
+        merge = as_options(merge)
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.merge = merge
+        self.net = MoETextTransformer(vocab_size, 0, "lm", max_len, dim, depth, num_heads, mlp_ratio, drop, merge)
+        self._nll = [0.0, 0]
+
+    def token_nll(self, batch: dict[str, Tensor]) -> Tensor:
+        """Per-token negative log-likelihood of the next token (B, T-1); padding (attention_mask 0) gets 0."""
+        ids = batch["input_ids"]
+        logits = self.net(ids)[:, :-1]
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1),
+                              reduction="none").view(ids.shape[0], -1)
+        return nll * batch["attention_mask"][:, 1:]
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        nll = self.token_nll(batch)
+        ce = nll.sum() / batch["attention_mask"][:, 1:].sum()
+        self.log("train/loss", ce, prog_bar=True)
+        return self.add_aux(ce)
+
+    def _accumulate(self, batch: dict[str, Tensor]) -> None:
+        nll = self.token_nll(batch)
+        self._nll[0] += float(nll.sum())
+        self._nll[1] += int(batch["attention_mask"][:, 1:].sum())
+
+    def _log_ppl(self, stage: str) -> None:
+        total, count = self._nll
+        mean = torch.tensor(total / max(count, 1))
+        self.log(f"{stage}/loss", mean)
+        self.log(f"{stage}/ppl", mean.exp(), prog_bar=stage == "val")
+        self._nll = [0.0, 0]
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._accumulate(batch)
+        if batch_idx == 0:
+            self.log_balance()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_ppl("val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._accumulate(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_ppl("test")
+
+
+class NAMExTopicClassifier(MergingModule):
+    """Bidirectional transformer with merging FFNs (one merge per document) classifying the corpus' 12 topics."""
+
+    def __init__(self, vocab_size: int = 4096, num_topics: int = 12, max_len: int = 512, dim: int = 64, depth: int = 4,
+                 num_heads: int = 4, mlp_ratio: float = 2.0, drop: float = 0.1, merge: MergeOptions | None = None,
+                 aux_coef: float = 1e-2, warmup_frac: float = 0.05, optimizer: OptimizerCallable = _default_optimizer):
+        """
+        Args:
+            vocab_size: BPE vocabulary size (linked from the corpus).
+            num_topics: Number of topic labels (linked from the corpus).
+            max_len: Longest document (in tokens) the learned positions cover.
+            dim: Model width.
+            depth: Transformer blocks (= merging layers).
+            num_heads: Attention heads.
+            mlp_ratio: Hidden width of one expert / dim.
+            drop: Dropout.
+            merge: The FFN layer family and its options (segment must be null: one merge per document).
+            aux_coef: Weight of the router balancing loss.
+            warmup_frac: Fraction of the steps in linear learning-rate warm-up.
+            optimizer: Optimizer factory.
+        """
+        super().__init__(aux_coef, warmup_frac, optimizer)
+        merge = as_options(merge)
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.merge = merge
+        self.net = MoETextTransformer(vocab_size, num_topics, "topic", max_len, dim, depth, num_heads, mlp_ratio,
+                                      drop, merge)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.net(batch["input_ids"], batch["attention_mask"])
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        logits = self(batch)
+        ce = F.cross_entropy(logits, batch["topic"])
+        self.log("train/loss", ce, prog_bar=True)
+        self.log("train/acc", (logits.argmax(-1) == batch["topic"]).float().mean())
+        return self.add_aux(ce)
+
+    def _eval(self, batch: dict[str, Tensor], stage: str) -> None:
+        logits = self(batch)
+        n = len(batch["topic"])
+        self.log(f"{stage}/loss", F.cross_entropy(logits, batch["topic"]), batch_size=n, sync_dist=True)
+        self.log(f"{stage}/acc", (logits.argmax(-1) == batch["topic"]).float().mean(), batch_size=n,
+                 prog_bar=stage == "val", sync_dist=True)
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval(batch, "val")
+        if batch_idx == 0:
+            self.log_balance()
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval(batch, "test")
