@@ -27,6 +27,10 @@ from .core.slurm import check_slurm_matches_trainer
 from .core.trainer import Trainer
 
 
+DESCRIPTION = ("lit-iclr: ICLR 2026 methods as Lightning modules. `cli.py <subcommand> --config configs/<method>.yaml`; "
+               "`cli.py prepare` makes/checks data only; `cli.py hub {export,upload,download}` shares checkpoints.")
+
+
 class RequeueSafeSaveConfig(SaveConfigCallback):
     """Writes `config.yaml` into the run folder; a requeued job restarting in the same folder overwrites it."""
 
@@ -63,7 +67,7 @@ class LitIclrCLI(LightningCLI):
             trainer_class=Trainer,
             save_config_callback=RequeueSafeSaveConfig,
             seed_everything_default=0,
-            parser_kwargs={"exit_on_error": False},
+            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION},
             args=args,
             run=run,
             **kwargs,
@@ -131,9 +135,9 @@ def _replace_run_dir(node: Any, run_dir: str) -> None:
             init["save_dir"] = run_dir
 
 
-def _known_class_names() -> list[str]:
+def _known_class_names(bases: tuple[type, ...] = (BaseModule, BaseDataModule)) -> list[str]:
     names = []
-    for base in (BaseModule, BaseDataModule):
+    for base in bases:
         stack = list(base.__subclasses__())
         while stack:
             cls = stack.pop()
@@ -142,12 +146,16 @@ def _known_class_names() -> list[str]:
     return names
 
 
-def _explain_parse_error(message: str) -> str:
+def _explain_parse_error(message: str, argv: list[str] = ()) -> str:
     """Turn jsonargparse's nested message into one line, with the closest valid names for an unknown class."""
     unknown = re.findall(r"Given value: (\S+)", message) or re.findall(r"Import path (\S+)", message)
-    known = _known_class_names()
     for name in unknown:
         short = name.rsplit(".", 1)[-1]
+        # suggest models for --model, DataModules for --data, both when the name came from a config file
+        given_as = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)}
+        bases = ((BaseModule,) if given_as.get("--model") == name else
+                 (BaseDataModule,) if given_as.get("--data") == name else (BaseModule, BaseDataModule))
+        known = _known_class_names(bases)
         if short in known:
             continue
         close = difflib.get_close_matches(short, known, n=3, cutoff=0.3)
@@ -168,12 +176,12 @@ def main(args: list[str] | None = None) -> LitIclrCLI | None:
         return None
     try:
         _check_config_files(argv)
-        return LitIclrCLI(args=argv)
+        return LitIclrCLI(args=args)
     except LitIclrError as e:
         _fail(str(e))
     except Exception as e:  # jsonargparse parse errors and YAML errors arrive as ArgumentError / ParserError
         if type(e).__name__ in {"ArgumentError", "ParserError", "ScannerError", "NSKeyError"}:
-            _fail(_explain_parse_error(str(e)))
+            _fail(_explain_parse_error(str(e), argv))
         raise
     return None
 

@@ -35,7 +35,8 @@ class LineProgressBar(ProgressBar):
         if not (self._enabled and trainer.is_global_zero):
             return
         metrics = self.get_metrics(trainer, pl_module)
-        shown = " ".join(f"{k}={v}" for k, v in metrics.items() if k != "v_num")
+        shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in metrics.items() if k != "v_num")
         total = self.total_train_batches
         total_s = f"/{total}" if isinstance(total, int) else ""
         print(f"{prefix} epoch {trainer.current_epoch} batch {batch_idx + 1 if batch_idx is not None else '-'}{total_s} "
