@@ -16,8 +16,11 @@ fi
 
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
+pip_install() {  # quiet, without the notes about local package mirrors that do not exist here; keeps pip's exit code
+  "$VENV/bin/python" -m pip install -q "$@" 2> >(grep -v "^WARNING: Location" >&2)
+}
+pip_install --upgrade pip
 # torch/torchvision first and pinned, so no other requirement can pull a different build.
-"$VENV/bin/python" -m pip install -q "torch==2.14.1" "torchvision==0.29.1"
-"$VENV/bin/python" -m pip install -q -e ".[all]"
+pip_install "torch==2.14.1" "torchvision==0.29.1"
+pip_install -e ".[all]"
 echo "setup complete: $VENV"
