@@ -35,7 +35,9 @@ class MergeOptions:
             null: one unit per sequence, routed on its mean (non-causal).
         noisy_gating: Noisy top-k gating in training.
         curvature_rank: Rank of CAMEx's Kronecker curvature M_i (0: M_i = I, Euclidean merging).
-        gamma: Merge / propagation step size (E_hat = E_base + gamma Delta).
+        gamma: Merge / propagation step size (E_hat = E_base + gamma Delta). Below 1 on purpose: with gamma = 1,
+            softmax gates (sum_i s_i = 1) and M_i = I, E_base + sum_i s_i (E_i - E_base) = sum_i s_i E_i and the base
+            (hence all of EP-CAMEx's propagation) cancels out (CAMEx writes gamma = alpha / (N - 1)).
         beta_abs: NAMEx momentum magnitude |beta| (0: no momentum, i.e. EP-CAMEx propagation with Nash weights).
         beta_phase: NAMEx momentum phase arg(beta) in radians (0: heavy-ball).
         alpha_mode: How Nash weights meet router scores: product (w_i = s_i alpha_i) or propagation (layer merges with
@@ -51,7 +53,7 @@ class MergeOptions:
     segment: int | None = None
     noisy_gating: bool = True
     curvature_rank: int = 0
-    gamma: float = 1.0
+    gamma: float = 0.5
     beta_abs: float = 0.0
     beta_phase: float = 0.0
     alpha_mode: str = "product"

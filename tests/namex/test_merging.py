@@ -77,16 +77,19 @@ def two_layers(mode, **kw):
 
 
 def test_ep_camex_propagates_the_merged_expert_as_next_base():
-    (l1, l2), _ = two_layers("ep_camex")
+    (l1, l2), _ = two_layers("ep_camex", gamma=0.6)
     with torch.no_grad():
         l2.bank.normal_(0, 0.3)  # layer 2 has its own experts
     h = x + l1(x)
     out = l2(h)
     s1, s2 = gates_of(l1, x), gates_of(l2, h)
-    merged1 = l1.bank[0] + s1 @ (l1.bank[1:]) - s1.sum(-1, keepdim=True) * l1.bank[0]
-    merged2 = merged1 + torch.stack([(s2[b, :, None] * (l2.bank[1:] - merged1[b])).sum(0) for b in range(3)])
+    merged1 = l1.bank[0] + 0.6 * (s1 @ l1.bank[1:] - s1.sum(-1, keepdim=True) * l1.bank[0])
+    merged2 = merged1 + 0.6 * torch.stack([(s2[b, :, None] * (l2.bank[1:] - merged1[b])).sum(0) for b in range(3)])
     ref = torch.stack([ffn(h[b], merged2[b]) for b in range(3)])
     torch.testing.assert_close(out, ref)
+    static = layer("camex", gamma=0.6)  # same layer-2 experts but its own base: must differ (propagation matters)
+    static.load_state_dict(l2.state_dict())
+    assert not torch.allclose(static(h), out)
 
 
 def nash_alpha_ref(experts, base):
@@ -117,16 +120,16 @@ def test_namex_three_layer_complex_momentum_by_hand():
 
 
 def test_namex_without_momentum_is_ep_camex_with_nash_weights():
-    (n1, n2), _ = two_layers("namex", beta_abs=0.0)
+    (n1, n2), _ = two_layers("namex", beta_abs=0.0, gamma=0.6)
     h = x + n1(x)
     out = n2(h)
     s1 = gates_of(n1, x)
     a1 = nash_alpha_ref(n1.bank[1:], n1.bank[0])
-    merged1 = n1.bank[0] + (s1 * a1) @ (n1.bank[1:] - n1.bank[0])
+    merged1 = n1.bank[0] + 0.6 * (s1 * a1) @ (n1.bank[1:] - n1.bank[0])
     s2 = gates_of(n2, h)
     for b in range(3):
         a2 = nash_alpha_ref(n2.bank[1:], merged1[b])
-        merged2 = merged1[b] + (s2[b] * a2) @ (n2.bank[1:] - merged1[b])
+        merged2 = merged1[b] + 0.6 * (s2[b] * a2) @ (n2.bank[1:] - merged1[b])
         torch.testing.assert_close(out[b], ffn(h[b], merged2))
 
 
@@ -202,3 +205,12 @@ def test_equal_parameter_count_across_modes():
     assert len(set(counts.values())) == 1
     dense = MergingFFN(D, H, options=MergeOptions(mode="dense", num_experts=4)).bank
     assert abs(dense.numel() - 4 * (2 * H * D + H + D)) <= 3 * D  # the same weights as 4 experts, one output bias
+
+
+def test_gamma_one_cancels_the_base_which_is_why_the_default_is_below_one():
+    """E_base + sum_i s_i (E_i - E_base) = sum_i s_i E_i when sum_i s_i = 1: the base (and its propagation) drops out."""
+    m = layer("camex", gamma=1.0)
+    s = gates_of(m, x)
+    ref = torch.stack([ffn(x[b], s[b] @ m.bank[1:]) for b in range(3)])
+    torch.testing.assert_close(m(x), ref)
+    assert MergeOptions().gamma < 1.0

@@ -1,0 +1,326 @@
+"""NAMEx benchmark: the merging-FFN family on Fashion-MNIST (clean + zero-shot corruptions), Wikipedia LM perplexity and
+topic accuracy, mean +- std over seeds; the paper's three claims; and the layers' forward+backward speed.
+
+    .venv/bin/python benchmarks/namex.py            # full run (~10 min on 2 CPU cores), writes seeds/figures/namex_*.png
+    .venv/bin/python benchmarks/namex.py --quick    # smoke run (tiny sizes, 1 seed)
+
+Training uses the package's models and DataModules in a plain loop (same loss, optimizer and schedule as the
+LightningModules) so that 7 variants x 3 seeds x 3 tasks fit the CPU budget; two worker processes, one thread each.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, Python puts benchmarks/ first on sys.path, where a sibling module (benchmarks/platform.py) would
+# shadow the standard library's `platform`: import from the repository root instead.
+HERE, ROOT = Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from lit_iclr.core.figures import plt  # noqa: E402
+from lit_iclr.namex.ffn import MergeOptions, MergingFFN  # noqa: E402
+from lit_iclr.namex.model import MoETextTransformer, MoEViT, aux_loss, contribution_spread  # noqa: E402
+from lit_iclr.namex.module import FASHION_MEAN, FASHION_STD  # noqa: E402
+from lit_iclr.namex.propagation import Chain  # noqa: E402
+
+BETA = dict(beta_abs=0.9, beta_phase=math.pi / 8)  # Lorraine et al.'s |beta|, arg(beta)
+VARIANTS = {
+    "dense": MergeOptions(mode="dense"),
+    "smoe (top-2)": MergeOptions(mode="smoe", top_k=2),
+    "smear": MergeOptions(mode="smear"),
+    "camex": MergeOptions(mode="camex"),
+    "ep-camex": MergeOptions(mode="ep_camex"),
+    "namex (no momentum)": MergeOptions(mode="namex", beta_abs=0.0),
+    "namex (complex momentum)": MergeOptions(mode="namex", **BETA),
+}
+FIG = ROOT / "seeds" / "figures"
+
+
+def schedule(opt, total: int, warmup_frac: float = 0.05):
+    warmup = max(int(warmup_frac * total), 1)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (total - warmup))))
+
+
+def train(net, batches, loss_fn, steps: int, lr: float, aux_coef: float = 1e-2) -> list[float]:
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.05)
+    sched = schedule(opt, steps)
+    losses = []
+    net.train()
+    for step in range(steps):
+        loss = loss_fn(net, batches(step))
+        opt.zero_grad(set_to_none=True)
+        (loss + aux_coef * aux_loss(net)).backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+    return losses
+
+
+# ------------------------------------------------------------------------------------------------------------- tasks
+def image_task(variant: str, seed: int, cfg: dict) -> dict:
+    from lit_iclr.namex.data import FashionMNISTData
+
+    dm = FashionMNISTData(train_size=cfg["train_size"], val_size=500, test_size=cfg["test_size"],
+                          corruptions=None, severities=cfg["severities"])
+    dm.setup("fit")
+    dm.setup("test")
+    torch.manual_seed(seed)
+    net = MoEViT(10, 28, 7, 1, cfg["dim"], cfg["depth"], 4, 2.0, 0.0, VARIANTS[variant])
+    x, y = dm.train_set.images, dm.train_set.labels
+    per_epoch = len(y) // cfg["batch"]
+    g = torch.Generator().manual_seed(seed)
+    order = torch.cat([torch.randperm(len(y), generator=g) for _ in range(cfg["epochs"])])
+
+    def batch(step):
+        idx = order[step * cfg["batch"]: (step + 1) * cfg["batch"]]
+        return (x[idx] - FASHION_MEAN) / FASHION_STD, y[idx]
+
+    t0 = time.perf_counter()
+    losses = train(net, batch, lambda n, b: F.cross_entropy(n(b[0]), b[1]), per_epoch * cfg["epochs"], 2e-3)
+    seconds = time.perf_counter() - t0
+    net.eval()
+    acc = {}
+    with torch.no_grad():
+        for name, ds in zip(dm.test_names, dm.test_sets, strict=True):
+            logits = torch.cat([net((ds.images[i: i + 500] - FASHION_MEAN) / FASHION_STD)
+                                for i in range(0, len(ds), 500)])
+            acc[name] = float((logits.argmax(-1) == ds.labels).float().mean())
+            if name == "clean":
+                spread = contribution_spread(net)
+    corrupted = [a for k, a in acc.items() if k != "clean"]
+    return {"acc_clean": acc["clean"], "acc_corrupted": float(np.mean(corrupted)), "per_corruption": acc,
+            "losses": losses, "spread": spread, "train_s": seconds,
+            "params": sum(p.numel() for p in net.parameters())}
+
+
+def lm_task(variant: str, seed: int, cfg: dict) -> dict:
+    from lit_iclr.core.corpus import CorpusDataModule
+
+    dm = CorpusDataModule(data_dir=str(ROOT / "data"), seq_len=cfg["seq_len"], vocab_size=cfg["vocab"],
+                          max_eval_blocks=cfg["eval_blocks"])
+    dm.setup()
+    train_blocks = dm.lm_dataset("train").blocks
+    torch.manual_seed(seed)
+    opts = VARIANTS[variant]
+    opts = MergeOptions(**{**opts.__dict__, "segment": cfg["segment"]})
+    net = MoETextTransformer(cfg["vocab"], 0, "lm", cfg["seq_len"], cfg["dim"], cfg["depth"], 4, 2.0, 0.0, opts)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(train_blocks), generator=g)
+
+    def batch(step):
+        return train_blocks[order[step * cfg["batch"]: (step + 1) * cfg["batch"]]]
+
+    def lm_loss(n, ids):
+        logits = n(ids)[:, :-1]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+    losses = train(net, batch, lm_loss, cfg["lm_steps"], 2e-3)
+    net.eval()
+    with torch.no_grad():
+        test = dm.lm_dataset("test", cfg["eval_blocks"]).blocks
+        nll = float(np.mean([float(lm_loss(net, test[i: i + 50])) for i in range(0, len(test), 50)]))
+    return {"ppl": math.exp(nll), "losses": losses}
+
+
+def topic_task(variant: str, seed: int, cfg: dict) -> dict:
+    from lit_iclr.namex.data import CorpusTopicData
+
+    dm = CorpusTopicData(data_dir=str(ROOT / "data"), seq_len=cfg["seq_len"], vocab_size=cfg["vocab"],
+                         batch_size=32, train_per_class=cfg["per_class"], seed=seed)
+    dm.setup()
+    torch.manual_seed(seed)
+    net = MoETextTransformer(cfg["vocab"], dm.num_topics, "topic", cfg["seq_len"], cfg["dim"], cfg["depth"], 4, 2.0,
+                             0.1, VARIANTS[variant])
+    train_batches = [b for _ in range(cfg["topic_epochs"]) for b in dm.train_dataloader()]
+    loss = lambda n, b: F.cross_entropy(n(b["input_ids"], b["attention_mask"]), b["topic"])
+    train(net, lambda s: train_batches[s], loss, len(train_batches), 2e-3)
+    net.eval()
+    hits = total = 0
+    with torch.no_grad():
+        for b in dm.test_dataloader():
+            hits += int((net(b["input_ids"], b["attention_mask"]).argmax(-1) == b["topic"]).sum())
+            total += len(b["topic"])
+    return {"topic_acc": hits / total}
+
+
+TASKS = {"image": image_task, "lm": lm_task, "topic": topic_task}
+
+
+def run_job(job):
+    torch.set_num_threads(1)
+    task, variant, seed, cfg = job
+    t0 = time.perf_counter()
+    out = TASKS[task](variant, seed, cfg)
+    out["seconds"] = time.perf_counter() - t0
+    return task, variant, seed, out
+
+
+# ------------------------------------------------------------------------------------------------------------- speed
+def time_layers(reps: int, B=16, T=128, D=128, H=256, N=4) -> dict[str, float]:
+    """Forward+backward seconds of a 2-layer stack of each FFN variant (2 layers so propagation is exercised)."""
+    torch.set_num_threads(1)
+    x = torch.randn(B, T, D, requires_grad=True)
+    out = {}
+    cases = {"dense (one expert's width)": MergeOptions(mode="dense", num_experts=1),
+             "dense (4x width, equal params)": MergeOptions(mode="dense", num_experts=N), **VARIANTS}
+    cases.pop("dense")
+    for name, opts in cases.items():
+        chain = Chain()
+        layers = torch.nn.ModuleList(MergingFFN(D, H, options=opts, chain=chain) for _ in range(2))
+        times = []
+        for r in range(reps + 2):
+            t0 = time.perf_counter()
+            h = x
+            for m in layers:
+                h = h + m(h)
+            h.square().mean().backward()
+            if r >= 2:
+                times.append(time.perf_counter() - t0)
+        out[name] = float(np.median(times))
+    return out
+
+
+def steps_to_reach(losses: list[float], threshold: float, ema: float = 0.9) -> int:
+    """First step whose exponential moving average of the training loss is <= threshold (len+1 if never)."""
+    avg = None
+    for i, loss in enumerate(losses):
+        avg = loss if avg is None else ema * avg + (1 - ema) * loss
+        if avg <= threshold:
+            return i + 1
+    return len(losses) + 1
+
+
+def ema_curve(losses, ema=0.9):
+    out, avg = [], None
+    for loss in losses:
+        avg = loss if avg is None else ema * avg + (1 - ema) * loss
+        out.append(avg)
+    return np.array(out)
+
+
+def fmt(values, scale=1.0, digits=2):
+    v = np.asarray(values, dtype=float) * scale
+    return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny smoke run (1 seed, a few steps)")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--lm-seeds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--tasks", default="image,lm,topic")
+    args = ap.parse_args()
+    cfg = dict(train_size=5000, test_size=1000, severities=[3], dim=48, depth=4, batch=64, epochs=2,
+               seq_len=64, segment=16, vocab=2048, eval_blocks=200, lm_steps=150, per_class=100, topic_epochs=3)
+    if args.quick:
+        cfg.update(train_size=256, test_size=128, epochs=1, lm_steps=4, eval_blocks=8, per_class=4, topic_epochs=1)
+        args.seeds = args.lm_seeds = 1
+    tasks = args.tasks.split(",")
+    jobs = [(t, v, s, cfg) for t in tasks for s in range(args.seeds if t != "lm" else args.lm_seeds) for v in VARIANTS]
+    if "lm" in tasks or "topic" in tasks:  # build the corpus cache once, before the workers race for it
+        from lit_iclr.core.corpus import CorpusDataModule
+        CorpusDataModule(data_dir=str(ROOT / "data"), seq_len=cfg["seq_len"], vocab_size=cfg["vocab"]).prepare_data()
+    t0 = time.perf_counter()
+    results: dict = {}
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        for task, variant, seed, out in pool.imap_unordered(run_job, jobs):
+            results.setdefault(task, {}).setdefault(variant, {})[seed] = out
+            print(f"  {task:5s} {variant:26s} seed {seed}: "
+                  + ", ".join(f"{k}={v:.4f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+    wall = time.perf_counter() - t0
+    speed = time_layers(3 if args.quick else 10)
+
+    # ---- main table
+    print(f"\n## Accuracy / perplexity (mean ± std over seeds; wall {wall / 60:.1f} min, {args.workers} workers)\n")
+    print("| variant | params (ViT) | clean acc % | corrupted acc % | LM test ppl | topic acc % |")
+    print("|---|---|---|---|---|---|")
+    for v in VARIANTS:
+        img = results.get("image", {}).get(v, {})
+        lm = results.get("lm", {}).get(v, {})
+        top = results.get("topic", {}).get(v, {})
+        cells = [f"{next(iter(img.values()))['params']:,}" if img else "-",
+                 fmt([r["acc_clean"] for r in img.values()], 100) if img else "-",
+                 fmt([r["acc_corrupted"] for r in img.values()], 100) if img else "-",
+                 fmt([r["ppl"] for r in lm.values()], 1, 1) if lm else "-",
+                 fmt([r["topic_acc"] for r in top.values()], 100) if top else "-"]
+        print(f"| {v} | " + " | ".join(cells) + " |")
+
+    # ---- claim (ii): complex momentum reaches a training loss in fewer steps
+    print("\n## Steps to reach a training loss (EMA 0.9); threshold = loss NAMEx-without-momentum reaches at 50 % "
+          "of training\n")
+    print("| task | threshold | " + " | ".join(VARIANTS) + " |")
+    print("|---|---|" + "---|" * len(VARIANTS))
+    for task in ("image", "lm"):
+        if task not in results:
+            continue
+        res = results[task]
+        ref = res["namex (no momentum)"]
+        th = float(np.mean([ema_curve(r["losses"])[len(r["losses"]) // 2] for r in ref.values()]))
+        row = [fmt([steps_to_reach(r["losses"], th) for r in res[v].values()], 1, 1) for v in VARIANTS]
+        print(f"| {task} | {th:.3f} | " + " | ".join(row) + " |")
+
+    # ---- claim (iii): Nash weights balance the experts' contributions
+    if "image" in results:
+        print("\n## Expert-contribution spread (trained ViT, clean test images): CV across experts of "
+              "||alpha_i tau_i|| (Nash) vs ||tau_i|| (uniform weights)\n")
+        print("| variant | CV Nash | CV uniform |")
+        print("|---|---|---|")
+        for v in ("namex (no momentum)", "namex (complex momentum)"):
+            sp = [r["spread"] for r in results["image"][v].values() if r["spread"]]
+            print(f"| {v} | {fmt([s[0] for s in sp], 1, 3)} | {fmt([s[1] for s in sp], 1, 3)} |")
+
+    # ---- speed
+    print("\n## Forward+backward of a 2-layer FFN stack (B=16, T=128, D=128, expert H=256, 4 experts; 1 thread)\n")
+    ref_dense, ref_smoe = speed["dense (one expert's width)"], speed["smoe (top-2)"]
+    print("| layer | ms | / dense (one expert) | / SMoE top-2 |")
+    print("|---|---|---|---|")
+    for name, s in speed.items():
+        print(f"| {name} | {s * 1e3:.1f} | {s / ref_dense:.2f} | {s / ref_smoe:.2f} |")
+
+    if "image" in results and not args.quick:
+        plot(results, cfg)
+
+
+def plot(results, cfg):
+    FIG.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2 if "lm" in results else 1, figsize=(9, 3.2), squeeze=False)
+    for ax, task in zip(axes[0], ("image", "lm"), strict=False):
+        for v in ("ep-camex", "namex (no momentum)", "namex (complex momentum)"):
+            curves = np.stack([ema_curve(r["losses"]) for r in results[task][v].values()])
+            ax.plot(curves.mean(0), label=v)
+        ax.set(xlabel="step", ylabel="training loss (EMA)", title=f"{task}: propagation and momentum")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(FIG / "namex_momentum.png", dpi=90)
+    plt.close(fig)
+
+    names = [k for k in next(iter(results["image"]["namex (complex momentum)"].values()))["per_corruption"]]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    width = 0.8 / len(VARIANTS)
+    for j, v in enumerate(VARIANTS):
+        acc = np.array([[r["per_corruption"][n] for n in names] for r in results["image"][v].values()]).mean(0)
+        ax.bar(np.arange(len(names)) + j * width, acc * 100, width, label=v)
+    ax.set_xticks(np.arange(len(names)) + 0.4, names, rotation=30, fontsize=7)
+    ax.set(ylabel="accuracy %", title=f"Fashion-MNIST, zero-shot corruptions (severity {cfg['severities']})")
+    ax.legend(fontsize=6, ncol=4)
+    fig.tight_layout()
+    fig.savefig(FIG / "namex_corruptions.png", dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
