@@ -1,0 +1,147 @@
+"""AIRE-Prune: score every state of a deep diagonal SSM, normalise per layer, keep the global top-K, slice.
+
+Score of state i of a layer (its modal subsystem h_k = C_i Lambda_bar_i^k B_bar_i, k >= 0):
+
+    AIRE       s_i = ||C_i||^2 ||B_bar_i||^2 / (1 - |Lambda_bar_i|^2)      = sum_k ||h_k||_F^2 (squared H2 norm)
+    LAST       s_i = ||C_i||^2 ||B_bar_i||^2 / (1 - |Lambda_bar_i|)^2      (squared H-infinity norm; Gwak et al. 2024)
+    magnitude  s_i = ||B_bar_i|| ||C_i||
+    random     s_i ~ U(0, 1)
+
+Bidirectional layers have one C per direction. The intended AIRE form averages the energies, 1/2 (||C_f||^2 + ||C_b||^2);
+the official code's active line reads `(|C_f| + |C_b|)/2**2 * ...`, i.e. (||C_f|| + ||C_b||) / 4 by operator precedence,
+kept here as `bidir="quirk"` for exact reproduction.
+
+Layer-wise normalisation (LAMP-style, as LAST): with the layer's scores sorted ascending s_(1) <= ... <= s_(P),
+    s^_(k) = s_(k) / sum_{j >= k} s_(j),
+so the strongest state of every layer scores 1. Then one global threshold: the K = floor((1 - rho) * total) states
+with the largest s^ over all layers are kept (ties go to the earlier index), without retraining.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+
+METHODS = ("aire", "last", "magnitude", "random")
+EPS = 1e-8  # added to the denominators, as the official code does
+
+
+def score_from_terms(terms: dict[str, torch.Tensor], method: str = "aire", bidir: str = "intended",
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+    """Per-state score (n,) from `modal_terms()` of a layer: lam_abs (n,), b_norm2 (n,), c_norm2 (directions, n)."""
+    lam_abs = terms["lam_abs"].double()
+    b2 = terms["b_norm2"].double()
+    c2 = terms["c_norm2"].double()
+    if bidir == "intended":
+        c_term = c2.mean(0)  # 1/2 (||C_f||^2 + ||C_b||^2); the plain ||C||^2 for one direction
+    elif bidir == "quirk":
+        c_term = c2.sqrt().sum(0) / 2**2 if c2.shape[0] == 2 else c2[0]  # (|C_f| + |C_b|) / 2**2
+    else:
+        raise ValueError(f"bidir must be 'intended' or 'quirk', got {bidir!r}")
+    if method == "aire":
+        return c_term * b2 / ((1 - lam_abs**2) + EPS)
+    if method == "last":
+        return c_term * b2 / ((1 - lam_abs) ** 2 + EPS)
+    if method == "magnitude":
+        return b2.sqrt() * c_term.sqrt()
+    if method == "random":
+        return torch.rand(lam_abs.shape, generator=generator, dtype=torch.float64)
+    raise ValueError(f"unknown pruning method {method!r}; choose from {METHODS}")
+
+
+def layer_scores(ssm, method: str = "aire", bidir: str = "intended",
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """Raw score of every state of one SSM layer (S5SSM or S4DSSM)."""
+    return score_from_terms(ssm.modal_terms(), method, bidir, generator)
+
+
+def layerwise_normalize(scores: torch.Tensor) -> torch.Tensor:
+    """LAMP normalisation: each score divided by the sum of itself and every larger score of its layer."""
+    values, order = torch.sort(scores)  # ascending
+    tail = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])  # sum_{j >= k} s_(j)
+    out = torch.empty_like(scores)
+    out[order] = values / tail.clamp(min=torch.finfo(scores.dtype).tiny)
+    return out
+
+
+def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Boolean mask of the k largest entries; equal scores go to the earlier index (the official `_topk_mask_desc`)."""
+    n = scores.numel()
+    k = max(min(int(k), n), 1)
+    # Stable sort of -score keeps the original (earlier-first) order among ties.
+    order = torch.sort(-scores, stable=True).indices
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[order[:k]] = True
+    return mask
+
+
+@dataclass
+class PrunePlan:
+    """Which states each layer keeps, and why."""
+
+    method: str
+    ratio: float
+    keep: list[torch.Tensor]  # per layer, sorted indices of kept states
+    sizes: list[int]  # states per layer before pruning
+    normalized: list[torch.Tensor] = field(repr=False)  # per layer normalised scores
+    threshold: float = 0.0  # smallest kept normalised score
+
+    @property
+    def kept_counts(self) -> list[int]:
+        return [len(k) for k in self.keep]
+
+    @property
+    def layer_fractions(self) -> list[float]:
+        """Fraction of states pruned in each layer."""
+        return [1 - len(k) / n for k, n in zip(self.keep, self.sizes, strict=True)]
+
+    @property
+    def pruned_fraction(self) -> float:
+        return 1 - sum(self.kept_counts) / sum(self.sizes)
+
+
+def plan_from_scores(raw: list[torch.Tensor], ratio: float, method: str = "aire") -> PrunePlan:
+    """Normalise each layer's raw scores, keep the global top floor((1 - ratio) * total), return the plan."""
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"prune ratio must be in [0, 1), got {ratio}")
+    normalized = [layerwise_normalize(s) for s in raw]
+    flat = torch.cat(normalized)
+    k = int((1.0 - ratio) * flat.numel() + 1e-9)
+    mask = topk_mask(flat, k)
+    keep, start = [], 0
+    for s in normalized:
+        keep.append(torch.nonzero(mask[start:start + s.numel()]).flatten())
+        start += s.numel()
+    threshold = float(flat[mask].min())
+    return PrunePlan(method, ratio, keep, [s.numel() for s in raw], normalized, threshold)
+
+
+def plan(model, ratio: float, method: str = "aire", bidir: str = "intended", seed: int = 0) -> PrunePlan:
+    """Score every layer of an `SSMClassifier` and choose the states to keep at pruning ratio `ratio`."""
+    gen = torch.Generator().manual_seed(seed)
+    raw = [layer_scores(ssm, method, bidir, gen) for ssm in model.ssms()]
+    return plan_from_scores(raw, ratio, method)
+
+
+def apply_mask(model, prune_plan: PrunePlan) -> None:
+    """Prune by masking in place (B_bar_i and C_i zeroed; the model keeps its size)."""
+    for ssm, keep in zip(model.ssms(), prune_plan.keep, strict=True):
+        mask = torch.zeros(ssm.n_states, device=ssm.state_mask.device)
+        mask[keep] = 1.0
+        ssm.state_mask.copy_(mask)
+
+
+def slice_model(model, prune_plan: PrunePlan):
+    """A physically smaller copy of `model`: each layer keeps only its planned states (tensors sliced)."""
+    new = copy.deepcopy(model)
+    for block, keep in zip(new.layers, prune_plan.keep, strict=True):
+        block.ssm = block.ssm.keep_states(keep)
+    new.config = dict(model.config, state_counts=new.state_counts())
+    return new
+
+
+def prune(model, ratio: float, method: str = "aire", bidir: str = "intended", seed: int = 0):
+    """Plan and slice: returns (smaller model, plan)."""
+    p = plan(model, ratio, method, bidir, seed)
+    return slice_model(model, p), p

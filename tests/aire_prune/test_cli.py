@@ -1,0 +1,87 @@
+"""The configs through the platform CLI: fit the tiny twins, test with pruning, prune a checkpoint to disk."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_iclr.aire_prune import aire
+from lit_iclr.aire_prune.module import AIREPruneClassifier
+from lit_iclr.aire_prune.prune import load_pruned, prune_checkpoint, save_pruned
+from lit_iclr.aire_prune.prune import main as prune_main
+from lit_iclr.cli import main
+from lit_iclr.core import CheckpointError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs").glob("aire_prune*.yaml")), ids=lambda p: p.name)
+def test_real_configs_parse(config, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--config", str(config), "--print_config"])
+    assert e.value.code == 0
+    printed = capsys.readouterr().out
+    assert "AIREPruneClassifier" in printed and "prune_ratio: 0.0" in printed
+
+
+def _fit(config: str, tmp_path: Path, name: str):
+    run = tmp_path / name
+    cli = main(["fit", "--config", str(ROOT / "tests/configs" / config), "--trainer.default_root_dir", str(run),
+                "--data.init_args.data_dir", str(tmp_path / "data")])
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert ckpt.is_file()
+    return cli, ckpt
+
+
+def test_fit_then_test_with_pruning_slices_the_model(tmp_path):
+    cli, ckpt = _fit("aire_prune.yaml", tmp_path, "fit")
+    sizes = cli.model.model.state_counts()
+    test = main(["test", "--config", str(ROOT / "tests/configs/aire_prune.yaml"), "--ckpt_path", str(ckpt),
+                 "--trainer.default_root_dir", str(tmp_path / "test"), "--model.init_args.prune_ratio", "0.5"])
+    kept = test.model.model.state_counts()
+    assert sum(kept) == sum(sizes) // 2 and test.model.prune_plan.method == "aire"
+    metrics = test.trainer.callback_metrics
+    assert metrics["test/pruned_fraction"] == pytest.approx(0.5)
+    assert 0.0 <= float(metrics["test/acc"]) <= 1.0
+    # same accuracy as pruning the trained weights by hand and evaluating them
+    module = AIREPruneClassifier.load_from_checkpoint(ckpt, weights_only=False)
+    smaller, _ = aire.prune(module.model, 0.5)
+    dm = test.datamodule
+    correct = total = 0
+    with torch.no_grad():
+        for i, b in enumerate(dm.test_dataloader()):
+            if i == 3:  # limit_test_batches
+                break
+            correct += int((smaller.eval()(b["x"]).argmax(-1) == b["y"]).sum())
+            total += len(b["y"])
+    assert float(metrics["test/acc"]) == pytest.approx(correct / total, abs=1e-6)
+
+
+def test_prune_checkpoint_writes_a_smaller_model_that_reloads(tmp_path):
+    cli, ckpt = _fit("aire_prune_listops.yaml", tmp_path, "fit")
+    out = tmp_path / "pruned"
+    prune_main([str(ckpt), "--ratio", "0.6", "--method", "aire", "--out", str(out)])
+    assert (out / "config.json").is_file() and len(list(out.glob("layer_*.safetensors"))) == 2
+    reloaded = load_pruned(out)
+    module = AIREPruneClassifier.load_from_checkpoint(ckpt, weights_only=False).eval()
+    in_memory, p = aire.prune(module.model, 0.6)
+    assert reloaded.state_counts() == in_memory.state_counts() == p.kept_counts
+    assert sum(reloaded.state_counts()) == int(0.4 * sum(p.sizes) + 1e-9)
+    b = next(iter(cli.datamodule.test_dataloader()))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(b["x"], b["x_mask"]), in_memory.eval()(b["x"], b["x_mask"]))
+    # the sliced layers hold fewer parameters on disk too
+    assert sum(t.numel() for t in reloaded.parameters()) < sum(t.numel() for t in module.model.parameters())
+    # an in-memory save round-trips as well
+    save_pruned(in_memory, tmp_path / "again")
+    torch.testing.assert_close(load_pruned(tmp_path / "again")(b["x"], b["x_mask"]), reloaded(b["x"], b["x_mask"]))
+
+
+def test_prune_checkpoint_errors_are_clear(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        prune_checkpoint(tmp_path / "missing.ckpt", tmp_path / "out", 0.5)
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        prune_checkpoint(bad, tmp_path / "out", 0.5)
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_pruned(tmp_path)

@@ -1,0 +1,216 @@
+"""AIRE math against independent computation: brute-force impulse-response sums, masks vs. slices, LAMP."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lit_iclr.aire_prune import aire
+from lit_iclr.aire_prune.model import S4DSSM, S5SSM, SSMClassifier
+
+
+def _spread_steps(ssm, lo=-6.0, hi=0.0, seed=0):
+    """Give the states a wide spread of |Lambda_bar| (as after training), up to about 0.9996."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        ssm.log_step.copy_(torch.empty_like(ssm.log_step).uniform_(lo, hi, generator=g))
+
+
+def _brute_energy(ssm, direction=0):
+    """sum_{k<K} ||C_i Lambda_bar_i^k B_bar_i||_F^2 per state, by repeated multiplication in float64."""
+    with torch.no_grad():
+        log_lam, b_bar = ssm.discretize()
+        c = ssm.output_matrices()[direction]
+    lam = torch.exp(log_lam.to(torch.complex128)).numpy()
+    b = b_bar.detach().to(torch.complex128).numpy()
+    c = c.detach().to(torch.complex128).numpy()
+    out = []
+    for i in range(len(lam)):
+        bi = b[i] if b.ndim == 2 else np.array([b[i]])
+        ci = c[:, i] if c.ndim == 2 else np.array([c[i]])
+        k_max = int(math.ceil(math.log(1e-12) / (2 * math.log(abs(lam[i]))))) + 1
+        # h_k = C_i lam^k B_i: an outer product; accumulate its Frobenius energy term by term (no geometric series)
+        outer = np.outer(ci, bi)
+        power, total = 1.0 + 0j, 0.0
+        for _ in range(k_max):
+            total += np.sum(np.abs(outer * power) ** 2)
+            power *= lam[i]
+        out.append(total)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kind", ["s5", "s4d"])
+def test_closed_form_equals_truncated_impulse_energy(kind):
+    torch.manual_seed(0)
+    ssm = S5SSM(8, 16, blocks=2, seed=3) if kind == "s5" else S4DSSM(4, 8, seed=3)
+    _spread_steps(ssm)
+    lam_abs = ssm.modal_terms()["lam_abs"]
+    assert lam_abs.max() > 0.99 and lam_abs.min() < 0.9  # slow and fast modes both present
+    closed = aire.layer_scores(ssm, "aire").numpy()
+    brute = _brute_energy(ssm)
+    np.testing.assert_array_less(np.abs(closed - brute) / brute, 1e-4)
+
+
+def test_bidirectional_intended_is_mean_of_direction_energies_and_quirk_is_official():
+    ssm = S5SSM(8, 16, bidirectional=True, seed=4)
+    _spread_steps(ssm)
+    brute = 0.5 * (_brute_energy(ssm, 0) + _brute_energy(ssm, 1))
+    closed = aire.layer_scores(ssm, "aire", bidir="intended").numpy()
+    np.testing.assert_array_less(np.abs(closed - brute) / brute, 1e-4)
+    # the official active line: (||c_f|| + ||c_b||)/2**2 * ||B_bar||^2 / (1 - |lam|^2 + 1e-8)
+    log_lam, b_bar = (t.detach().to(torch.complex128) for t in ssm.discretize())
+    cf, cb = (c.detach().to(torch.complex128) for c in ssm.output_matrices())
+    quirk = ((cf.norm(dim=0) + cb.norm(dim=0)) / 4 * b_bar.norm(dim=1) ** 2
+             / ((1 - torch.exp(log_lam.real) ** 2) + 1e-8))
+    torch.testing.assert_close(aire.layer_scores(ssm, "aire", bidir="quirk"), quirk)
+
+
+def test_last_and_magnitude_scores():
+    ssm = S5SSM(8, 16, seed=5)
+    _spread_steps(ssm)
+    lam = ssm.modal_terms()["lam_abs"].double()
+    a, last = aire.layer_scores(ssm, "aire"), aire.layer_scores(ssm, "last")
+    # AIRE / LAST = (1 - |lam|) / (1 + |lam|) (up to the 1e-8 both add): LAST ranks slow modes much higher
+    eps = aire.EPS
+    torch.testing.assert_close(a / last, ((1 - lam) ** 2 + eps) / ((1 - lam**2) + eps), rtol=1e-9, atol=0)
+    assert (a / last)[lam.argmax()] < (a / last)[lam.argmin()]
+    _, b_bar = ssm.discretize()
+    mag = b_bar.detach().abs().norm(dim=1).double() * ssm.output_matrices()[0].detach().abs().norm(dim=0).double()
+    torch.testing.assert_close(aire.layer_scores(ssm, "magnitude"), mag)
+
+
+def test_layerwise_normalisation_matches_definition_and_top_is_one():
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 5, 40):
+        s = torch.rand(n, generator=g, dtype=torch.float64) ** 3
+        hat = aire.layerwise_normalize(s)
+        expected = torch.stack([s[i] / s[s >= s[i]].sum() for i in range(n)])
+        torch.testing.assert_close(hat, expected)
+        assert hat[s.argmax()] == 1.0
+    model = SSMClassifier("s5", d_model=8, n_layers=3, state_size=8)
+    p = aire.plan(model, 0.5)
+    for hat in p.normalized:
+        assert hat.max().item() == 1.0
+
+
+def test_topk_breaks_ties_towards_earlier_index():
+    s = torch.tensor([0.5, 1.0, 0.5, 0.5, 0.2])
+    assert aire.topk_mask(s, 3).tolist() == [True, True, True, False, False]
+    assert aire.topk_mask(s, 0).sum() == 1  # always keeps at least one state
+
+
+def test_global_selection_count_and_non_uniform_layers():
+    torch.manual_seed(0)
+    model = SSMClassifier("s5", d_model=8, n_layers=3, state_size=16)
+    for i, ssm in enumerate(model.ssms()):
+        _spread_steps(ssm, seed=i)
+        with torch.no_grad():
+            ssm.C.mul_(torch.linspace(0.05, 3, ssm.n_states)[None, :, None] ** (i + 1))
+    for ratio in (0.0, 0.3, 0.65, 0.9):
+        p = aire.plan(model, ratio)
+        assert sum(p.kept_counts) == int((1 - ratio) * 24 + 1e-9)
+    assert all(k >= 1 for k in aire.plan(model, 0.8).kept_counts)  # each layer's top state scores 1
+
+
+def test_layer_adaptive_fractions():
+    # Energy spread evenly over 8 states vs. concentrated geometrically: LAMP gives the even layer 1/8 .. 1 and the
+    # geometric one 1, ~0.09, ~0.009, ... (each state against the energy of the stronger ones), so one global
+    # threshold keeps most of the even layer and only the dominant state of the geometric one.
+    even = torch.ones(8, dtype=torch.float64)
+    geometric = 10.0 ** -torch.arange(8, dtype=torch.float64)
+    p = aire.plan_from_scores([even, geometric], 0.5)
+    assert p.kept_counts == [7, 1]
+    assert p.layer_fractions == [1 / 8, 7 / 8]
+
+
+@pytest.mark.parametrize("kind,bidir", [("s5", False), ("s5", True), ("s4d", True)])
+def test_pruning_zero_score_states_leaves_outputs_unchanged(kind, bidir):
+    torch.manual_seed(1)
+    model = SSMClassifier(kind, d_model=8, n_layers=2, state_size=8, bidirectional=bidir, dropout=0.0,
+                          ssm_init="hippo" if kind == "s5" else "s4d_lin").eval()
+    zeroed = 0
+    for ssm in model.ssms():
+        dead = torch.arange(0, ssm.n_states, 2)
+        with torch.no_grad():
+            for c in ("C", "C2"):
+                if hasattr(ssm, c):
+                    p = getattr(ssm, c)
+                    if kind == "s5":
+                        p[:, dead] = 0.0
+                    else:
+                        p[dead] = 0.0
+        zeroed += len(dead)
+    total = sum(model.state_counts())
+    x = torch.randn(3, 30, 1)
+    smaller, p = aire.prune(model, zeroed / total, "aire")
+    assert sum(smaller.state_counts()) == total - zeroed
+    for keep in p.keep:
+        assert (keep % 2 == 1).all()  # exactly the zero-energy states went
+    torch.testing.assert_close(smaller(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind,bidir,mode", [("s5", True, "fft"), ("s5", False, "scan"), ("s4d", False, "fft"),
+                                             ("s4d", True, "scan")])
+def test_sliced_model_equals_masked_model(kind, bidir, mode):
+    torch.manual_seed(2)
+    model = SSMClassifier(kind, d_model=8, n_layers=3, state_size=8, bidirectional=bidir, mode=mode, dropout=0.0,
+                          ssm_init="hippo" if kind == "s5" else "s4d_lin").eval()
+    x = torch.randn(2, 40, 1)
+    p = aire.plan(model, 0.6, "aire")
+    sliced = aire.slice_model(model, p)
+    aire.apply_mask(model, p)
+    assert sum(sliced.state_counts()) < sum(model.state_counts())
+    out_masked = model(x)
+    torch.testing.assert_close(sliced(x), out_masked, atol=1e-5, rtol=1e-5)
+    # ... and the pruned output really differs from the unpruned one
+    for ssm in model.ssms():
+        ssm.state_mask.fill_(1.0)
+    assert (model(x) - out_masked).abs().max() > 1e-3
+
+
+def test_fully_masked_layer_is_only_the_feedthrough():
+    ssm = S5SSM(6, 8, bidirectional=True, seed=7)
+    ssm.state_mask.zero_()
+    u = torch.randn(2, 17, 6)
+    torch.testing.assert_close(ssm(u), ssm.D * u)
+
+
+@pytest.mark.parametrize("kind", ["s5", "s4d"])
+def test_impulse_response_is_the_modal_sum(kind):
+    """The layer's output to a unit impulse equals sum_i 2 Re(C_i Lambda_bar_i^k B_bar_i) (+ D at k=0)."""
+    ssm = S5SSM(3, 8, seed=8) if kind == "s5" else S4DSSM(3, 4, seed=8)
+    length = 25
+    for mode in ("fft", "scan"):
+        ssm.mode = mode
+        with torch.no_grad():
+            log_lam, b_bar = ssm.discretize()
+            c = ssm.output_matrices()[0]
+        lam = torch.exp(log_lam).to(torch.complex128).numpy()
+        b_np, c_np = b_bar.to(torch.complex128).numpy(), c.to(torch.complex128).numpy()
+        for j in range(3):
+            u = torch.zeros(1, length, 3)
+            u[0, 0, j] = 1.0
+            y = ssm(u)[0].detach().double().numpy()
+            want = np.zeros((length, 3))
+            for k in range(length):
+                if kind == "s5":
+                    want[k] = 2 * np.real(c_np @ (lam**k * b_np[:, j]))
+                else:
+                    ch = ssm.channel.numpy()
+                    terms = 2 * np.real(c_np * lam**k * b_np) * (ch == j)
+                    want[k, j] = terms.sum()
+            want[0] += ssm.D.detach().double().numpy() * (np.arange(3) == j)
+            np.testing.assert_allclose(y, want, atol=2e-5)
+
+
+def test_fft_and_scan_agree_and_macs_shrink():
+    torch.manual_seed(3)
+    for kind in ("s5", "s4d"):
+        model = SSMClassifier(kind, d_model=8, n_layers=2, state_size=8, bidirectional=True, dropout=0.0).eval()
+        x = torch.randn(2, 33, 1)
+        y_fft = model(x)
+        for ssm in model.ssms():
+            ssm.mode = "scan"
+        torch.testing.assert_close(model(x), y_fft, atol=1e-5, rtol=1e-5)
+        smaller, p = aire.prune(model, 0.5)
+        assert smaller.state_macs_per_step() == pytest.approx(model.state_macs_per_step() * (1 - p.pruned_fraction))
