@@ -2,7 +2,7 @@
 baselines it is compared to (dense, top-k SMoE, SMEAR, CAMEx, EP-CAMEx) as options of one FFN layer family."""
 from .data import CorpusTopicData, FashionMNISTData
 from .ffn import MergeOptions, MergingFFN
-from .module import NAMExImageClassifier, NAMExLanguageModel, NAMExTopicClassifier
+from .module import NAMExHFCausalLM, NAMExImageClassifier, NAMExLanguageModel, NAMExTopicClassifier
 
 __all__ = ["CorpusTopicData", "FashionMNISTData", "MergeOptions", "MergingFFN", "NAMExImageClassifier",
-           "NAMExLanguageModel", "NAMExTopicClassifier"]
+           "NAMExHFCausalLM", "NAMExLanguageModel", "NAMExTopicClassifier"]

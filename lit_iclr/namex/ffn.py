@@ -22,6 +22,23 @@ from .routing import Router
 MODES = ("dense", "smoe", *MERGE_MODES)
 
 
+def merge_units(x: Tensor, segment: int | None) -> tuple[Tensor, Tensor]:
+    """Split x (B, T, D) into merge units: (router inputs (U, D), tokens per unit (U, S, D)).
+
+    segment None (or >= T): one unit per sequence, routed on its mean. Otherwise units of `segment` tokens, unit j routed
+    on the mean of unit j-1 and unit 0 on zeros, so a unit's merged expert never depends on its own or later tokens.
+    """
+    B, T, D = x.shape
+    if segment is None or segment >= T:
+        return x.mean(1), x
+    if T % segment:
+        raise ValueError(f"sequence length {T} is not a multiple of the merge segment {segment}")
+    n = T // segment
+    means = x.reshape(B, n, segment, D).mean(2)
+    prev = torch.cat([means.new_zeros(B, 1, D), means[:, :-1]], dim=1)   # causal: route segment j on segment j-1
+    return prev.reshape(B * n, D), x.reshape(B * n, segment, D)
+
+
 @dataclass
 class MergeOptions:
     """Options of the merging FFN layer family (one `merge:` block in the YAML configs).
@@ -134,16 +151,7 @@ class MergingFFN(nn.Module):
 
     def units(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(router inputs (U, D), tokens per unit (U, S, D)) for x (B, T, D)."""
-        B, T, D = x.shape
-        if self.segment is None or self.segment >= T:
-            return x.mean(1), x
-        S = self.segment
-        if T % S:
-            raise ValueError(f"sequence length {T} is not a multiple of the merge segment {S}")
-        n = T // S
-        means = x.reshape(B, n, S, D).mean(2)
-        prev = torch.cat([means.new_zeros(B, 1, D), means[:, :-1]], dim=1)   # causal: route segment j on segment j-1
-        return prev.reshape(B * n, D), x.reshape(B * n, S, D)
+        return merge_units(x, self.segment)
 
     def _smoe(self, x: Tensor) -> Tensor:
         """Token-level top-k SMoE. Loops over experts (not tokens): each iteration is one matmul on its tokens."""

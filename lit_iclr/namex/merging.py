@@ -137,7 +137,7 @@ class ExpertMerger(nn.Module):
         if self.training:
             self.nash_calls += 1
         if not refresh:
-            return self.alpha_cache.to(tau.dtype).unsqueeze(0)
+            return self.alpha_cache.to(tau.experts.device, tau.dtype).unsqueeze(0)
         G = tau.gram()                                                       # Gram matrix [tau_i . tau_j]
         alpha = nash_weights(normalize_gram(G), iters=self.nash_iters)      # G alpha = 1/alpha
         self.last_alpha, self.last_tau_norm = alpha, G.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt()

@@ -148,7 +148,47 @@ class NAMExImageClassifier(MergingModule):
         log_figure(self, "test/robustness", fig)
 
 
-class NAMExLanguageModel(MergingModule):
+class PerplexityModule(MergingModule):
+    """Next-token training and exact corpus perplexity (summed NLL / token count) for any `token_nll`."""
+
+    def token_nll(self, batch: dict[str, Tensor]) -> Tensor:
+        """Per-token next-token NLL (B, T-1), zero on padding."""
+        raise NotImplementedError
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        nll = self.token_nll(batch)
+        ce = nll.sum() / batch["attention_mask"][:, 1:].sum()
+        self.log("train/loss", ce, prog_bar=True)
+        return self.add_aux(ce)
+
+    def _accumulate(self, batch: dict[str, Tensor]) -> None:
+        nll = self.token_nll(batch)
+        self._nll[0] += float(nll.sum())
+        self._nll[1] += int(batch["attention_mask"][:, 1:].sum())
+
+    def _log_ppl(self, stage: str) -> None:
+        total, count = self._nll
+        mean = torch.tensor(total / max(count, 1))
+        self.log(f"{stage}/loss", mean)
+        self.log(f"{stage}/ppl", mean.exp(), prog_bar=stage == "val")
+        self._nll = [0.0, 0]
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._accumulate(batch)
+        if batch_idx == 0:
+            self.log_balance()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_ppl("val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._accumulate(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_ppl("test")
+
+
+class NAMExLanguageModel(PerplexityModule):
     """Causal transformer LM with merging FFNs (segment-level merges, routed on the previous segment); perplexity."""
 
     def __init__(self, vocab_size: int = 4096, max_len: int = 512, dim: int = 64, depth: int = 4, num_heads: int = 4,
@@ -182,38 +222,6 @@ class NAMExLanguageModel(MergingModule):
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1),
                               reduction="none").view(ids.shape[0], -1)
         return nll * batch["attention_mask"][:, 1:]
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        nll = self.token_nll(batch)
-        ce = nll.sum() / batch["attention_mask"][:, 1:].sum()
-        self.log("train/loss", ce, prog_bar=True)
-        return self.add_aux(ce)
-
-    def _accumulate(self, batch: dict[str, Tensor]) -> None:
-        nll = self.token_nll(batch)
-        self._nll[0] += float(nll.sum())
-        self._nll[1] += int(batch["attention_mask"][:, 1:].sum())
-
-    def _log_ppl(self, stage: str) -> None:
-        total, count = self._nll
-        mean = torch.tensor(total / max(count, 1))
-        self.log(f"{stage}/loss", mean)
-        self.log(f"{stage}/ppl", mean.exp(), prog_bar=stage == "val")
-        self._nll = [0.0, 0]
-
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._accumulate(batch)
-        if batch_idx == 0:
-            self.log_balance()
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_ppl("val")
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._accumulate(batch)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_ppl("test")
 
 
 class NAMExTopicClassifier(MergingModule):
@@ -268,3 +276,59 @@ class NAMExTopicClassifier(MergingModule):
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._eval(batch, "test")
+
+
+class NAMExHFCausalLM(PerplexityModule):
+    """A Hugging Face MoE causal LM (Qwen2-MoE / Qwen1.5-MoE, Mixtral, DeepSeek-MoE) whose MoE blocks merge experts.
+
+    Zero-shot: `test` with a pretrained `checkpoint` (no training). Fine-tune: `fit` (stack configs/trainer/fsdp.yaml
+    for large models: the model is built in `configure_model`, so FSDP shards it while materialising).
+    """
+
+    def __init__(self, checkpoint: str | None = None, arch: str = "qwen2_moe", vocab_size: int = 2048,
+                 merge: MergeOptions | None = None, warmup_frac: float = 0.05,
+                 optimizer: OptimizerCallable = _default_optimizer):
+        """
+        Args:
+            checkpoint: Local Hugging Face checkpoint folder (safetensors); null builds a tiny random `arch` model
+                with the corpus' vocabulary (tests, smoke runs).
+            arch: Tiny architecture when checkpoint is null: qwen2_moe, mixtral, deepseek_v2, deepseek_v3.
+            vocab_size: Vocabulary of the tiny model (linked from the corpus); a checkpoint keeps its own.
+            merge: Merging options (mode smear/camex/ep_camex/namex; `segment` tokens per merge unit).
+            warmup_frac: Fraction of the steps in linear learning-rate warm-up.
+            optimizer: Optimizer factory.
+        """
+        super().__init__(0.0, warmup_frac, optimizer)
+        merge = as_options(merge)
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.merge = merge
+        self.net: torch.nn.Module | None = None
+        self._nll = [0.0, 0]
+
+    def configure_model(self) -> None:
+        if self.net is not None:
+            return
+        from lit_iclr.core.hf_moe import load_pretrained, tiny_model
+
+        from .hf import apply_merging
+
+        if self.hparams.checkpoint:
+            self.net = load_pretrained(self.hparams.checkpoint)
+        else:
+            self.net = tiny_model(self.hparams.arch, vocab_size=self.hparams.vocab_size)
+        self.net.train(self.training)
+        apply_merging(self.net, self.merge)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.net is not None:
+            from .hf import set_merging_train
+
+            set_merging_train(self.net, mode)
+        return self
+
+    def token_nll(self, batch: dict[str, Tensor]) -> Tensor:
+        logits = self.net(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1),
+                              reduction="none").view(logits.shape[0], -1)
+        return nll * batch["attention_mask"][:, 1:]

@@ -59,7 +59,7 @@ def tiny_corpus(root: Path, docs_per_topic: int = 12) -> None:
                     f.write(json.dumps({"title": f"{topic} {split} {i}", "text": text, "topic": topic}) + "\n")
 
 
-@pytest.mark.parametrize("task", ["lm", "topic"])
+@pytest.mark.parametrize("task", ["lm", "topic", "hf"])
 def test_text_twins_fit_and_test(tmp_path, task):
     tiny_corpus(tmp_path / "corpus")
     twin = str(ROOT / f"tests/configs/namex_{task}.yaml")
@@ -69,7 +69,7 @@ def test_text_twins_fit_and_test(tmp_path, task):
     main(["test", "--config", twin, "--trainer.default_root_dir", str(tmp_path / "test"), "--ckpt_path", str(ckpt),
           *data])
     metrics = pd.concat(pd.read_csv(f) for f in (tmp_path / "test").rglob("metrics.csv"))
-    if task == "lm":
+    if task in ("lm", "hf"):
         ppl = metrics["test/ppl"].dropna().iloc[-1]
         assert 1.0 < ppl < 300 * 1.5  # a perplexity, and not worse than far above uniform over the 300-token vocabulary
     else:
