@@ -64,7 +64,7 @@ def train(net, batches, loss_fn, steps: int, lr: float, aux_coef: float = 1e-2) 
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
@@ -221,21 +221,21 @@ def main():
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--lm-seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--tasks", default="image,lm,topic")
+    ap.add_argument("--tasks", default="image,lm,topic", help="comma list of image, lm, topic (speed always runs)")
     args = ap.parse_args()
     cfg = dict(train_size=5000, test_size=1000, severities=[3], dim=48, depth=4, batch=64, epochs=2,
                seq_len=64, segment=16, vocab=2048, eval_blocks=200, lm_steps=150, per_class=100, topic_epochs=3)
     if args.quick:
         cfg.update(train_size=256, test_size=128, epochs=1, lm_steps=4, eval_blocks=8, per_class=4, topic_epochs=1)
         args.seeds = args.lm_seeds = 1
-    tasks = args.tasks.split(",")
+    tasks = [t for t in args.tasks.split(",") if t in TASKS]  # e.g. --tasks speed: only the timing table
     jobs = [(t, v, s, cfg) for t in tasks for s in range(args.seeds if t != "lm" else args.lm_seeds) for v in VARIANTS]
     if "lm" in tasks or "topic" in tasks:  # build the corpus cache once, before the workers race for it
         from lit_iclr.core.corpus import CorpusDataModule
         CorpusDataModule(data_dir=str(ROOT / "data"), seq_len=cfg["seq_len"], vocab_size=cfg["vocab"]).prepare_data()
     t0 = time.perf_counter()
     results: dict = {}
-    with mp.get_context("spawn").Pool(args.workers) as pool:
+    with mp.get_context("spawn").Pool(max(1, min(args.workers, len(jobs)))) as pool:
         for task, variant, seed, out in pool.imap_unordered(run_job, jobs):
             results.setdefault(task, {}).setdefault(variant, {})[seed] = out
             print(f"  {task:5s} {variant:26s} seed {seed}: "

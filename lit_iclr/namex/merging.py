@@ -53,7 +53,7 @@ class DomainVectors:
     def weighted(self, w: Tensor) -> Tensor:
         """sum_i w_i tau_i, (U|1, P), for w (U|1, n)."""
         if self.tau is None:
-            return w @ self.experts - w.sum(-1, keepdim=True) * self.base
+            return torch.addcmul(w @ self.experts, w.sum(-1, keepdim=True), self.base, value=-1.0)
         if self.tau.shape[0] == 1:
             return w @ self.tau[0]
         return torch.bmm(w.unsqueeze(1), self.tau).squeeze(1)
@@ -162,7 +162,7 @@ class ExpertMerger(nn.Module):
         base = prev.base if prev is not None else bank[:1]                  # (U|1, P)
         tau = self.domain_vectors(bank[1:], base, curvature)
         if self.mode != "namex":
-            merged = base + self.gamma * tau.weighted(gates)                 # CAMEx: E_base + gamma sum_i s_i tau_i
+            merged = torch.add(base, tau.weighted(gates), alpha=self.gamma)  # CAMEx: E_base + gamma sum_i s_i tau_i
             if self.mode == "ep_camex" and chain is not None:
                 chain.state = PropagationState(merged)                        # E_base^{l+1} = E_hat^l
             return merged
@@ -171,13 +171,12 @@ class ExpertMerger(nn.Module):
             delta = tau.weighted(gates * alpha)                              # Delta = sum_i s_i alpha_i tau_i
         else:
             delta = tau.weighted(alpha)                                      # propagation uses alpha alone (U|1, P)
-        zero = torch.zeros_like(delta)
-        mu_re, mu_im = complex_momentum_step(prev.mu_re if prev is not None else zero,
-                                             prev.mu_im if prev is not None else zero,
+        mu_re, mu_im = complex_momentum_step(prev.mu_re if prev is not None else None,
+                                             prev.mu_im if prev is not None else None,
                                              delta, self.beta_abs, self.beta_phase)
-        next_base = base + self.gamma * mu_re                                # E_base^{l+1} = E_base^l + gamma Re(mu)
+        next_base = torch.add(base, mu_re, alpha=self.gamma)                 # E_base^{l+1} = E_base^l + gamma Re(mu)
         if chain is not None:
             chain.state = PropagationState(next_base, mu_re, mu_im)
         if self.alpha_mode == "product":
             return next_base                                                 # E_hat^l = E_base^{l+1}
-        return base + self.gamma * tau.weighted(gates)                       # the layer's own router merge
+        return torch.add(base, tau.weighted(gates), alpha=self.gamma)        # the layer's own router merge

@@ -7,11 +7,11 @@ from lit_iclr.namex.propagation import complex_momentum_step
 
 
 def run(deltas, beta_abs, beta_phase):
-    re = im = torch.zeros_like(deltas[0])
+    re = im = None  # mu^1 = 0
     out = []
     for d in deltas:
         re, im = complex_momentum_step(re, im, d, beta_abs, beta_phase)
-        out.append((re, im))
+        out.append((re, torch.zeros_like(d) if im is None else im))
     return out
 
 
