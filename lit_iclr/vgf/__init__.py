@@ -1,0 +1,5 @@
+"""VGF: Reinforcement Learning via Value Gradient Flow (Xu, Hu, Sojoudi, Zhang; ICLR 2026)."""
+from .data import D4RLData, OGBenchData
+from .module import VGF
+
+__all__ = ["VGF", "OGBenchData", "D4RLData"]

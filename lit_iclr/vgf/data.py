@@ -1,0 +1,468 @@
+"""Offline RL data for VGF: readers of OGBench `.npz` and D4RL `.hdf5`, and the DataModules around them.
+
+Both readers return the same transition dict of float32 arrays (and the DataModules batches of the same keys):
+
+    observations [T, obs_dim], actions [T, action_dim], rewards [T], next_observations [T, obs_dim], masks [T]
+
+`masks` is 1 - (true MDP termination): the TD target bootstraps through it. Time-limit ends are not terminations.
+
+OGBench conventions (`ogbench.utils.load_dataset`, non-compact): a file stores trajectories back to back with
+`terminals` = 1 on the *last row* of each trajectory; the last row has no successor and is dropped, every other row
+is paired with the next row. Single-task rewards/masks are relabelled from `qpos` (and `button_states`) with the task's
+success test (`ogbench.relabel_utils.relabel_dataset`): reward = #satisfied subgoals - #subgoals, mask = 1 - success.
+
+D4RL conventions: `terminals` are true terminations (mask 0), `timeouts` are time-limit ends; when the file has no
+`next_observations` they are derived by shifting within an episode, and the last step of a timed-out episode, which
+has no successor, is dropped.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from lit_iclr.core import BaseDataModule, DatasetFormatError, DatasetNotFoundError
+
+from .envs import make_env
+
+KEYS = ("observations", "actions", "rewards", "next_observations", "masks")
+
+
+# ----------------------------------------------------------------------------------------------------------- checks
+def _require(path: Path, raw, keys: tuple[str, ...], fix: str) -> None:
+    for k in keys:
+        if k not in raw:
+            raise DatasetFormatError(path, f"missing key {k!r} (found {sorted(raw.keys())})", fix)
+
+
+def _check_lengths(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    n = len(arrays["observations"])
+    for k, v in arrays.items():
+        if len(v) != n:
+            raise DatasetFormatError(path, f"key {k!r} has {len(v)} rows but 'observations' has {n}",
+                                     "every per-step array must have one row per step; regenerate or repair the file")
+    if n == 0:
+        raise DatasetFormatError(path, "key 'observations' is empty", "point at a dataset with transitions")
+
+
+def _check_finite(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    for k, v in arrays.items():
+        if np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all():
+            bad = np.flatnonzero(~np.isfinite(v.reshape(len(v), -1)).all(-1))
+            raise DatasetFormatError(path, f"key {k!r} has {bad.size} rows with NaN/inf (first at row {bad[0]})",
+                                     f"drop or repair those rows of {k!r}; VGF never trains on non-finite values")
+
+
+def _check_actions(path: Path, actions: np.ndarray, low: float, high: float, tol: float = 1e-4) -> None:
+    if actions.ndim != 2:
+        raise DatasetFormatError(path, f"key 'actions' has shape {actions.shape}, expected [T, action_dim]",
+                                 "store one action vector per row")
+    out = (actions < low - tol) | (actions > high + tol)
+    if out.any():
+        row = int(np.flatnonzero(out.any(-1))[0])
+        raise DatasetFormatError(
+            path, f"key 'actions' has values outside the action space [{low}, {high}] (e.g. row {row}: "
+            f"{np.round(actions[row], 3).tolist()})",
+            "rescale the actions to the environment's action space, or check that the file belongs to this task")
+
+
+# ---------------------------------------------------------------------------------------------------------- readers
+def read_d4rl_hdf5(path: str | Path, action_low: float = -1.0, action_high: float = 1.0) -> dict[str, np.ndarray]:
+    """Transitions of a D4RL-format HDF5 file (see the module docstring); raises `DatasetFormatError` on bad input."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetNotFoundError(path, "D4RL HDF5 file not found", "point `root` at a D4RL .hdf5 file")
+    try:
+        with h5py.File(path, "r") as f:
+            raw = {k: f[k][()] for k in f.keys() if isinstance(f[k], h5py.Dataset)}
+    except OSError as e:
+        raise DatasetFormatError(path, f"not a readable HDF5 file ({e})", "re-download or regenerate it") from e
+    fix = "a D4RL file holds observations, actions, rewards, terminals and timeouts (or next_observations)"
+    _require(path, raw, ("observations", "actions", "rewards", "terminals"), fix)
+    if "next_observations" not in raw:
+        _require(path, raw, ("timeouts",), "needed to derive next_observations: " + fix)
+    per_step = {k: np.asarray(raw[k]) for k in ("observations", "actions", "rewards", "terminals", "timeouts",
+                                                "next_observations") if k in raw}
+    _check_lengths(path, per_step)
+    _check_finite(path, per_step)
+    _check_actions(path, per_step["actions"], action_low, action_high)
+
+    obs = per_step["observations"].astype(np.float32)
+    terminals = per_step["terminals"].astype(bool).reshape(-1)
+    if "next_observations" in per_step:
+        keep = np.ones(len(obs), dtype=bool)
+        next_obs = per_step["next_observations"].astype(np.float32)
+    else:
+        timeouts = per_step["timeouts"].astype(bool).reshape(-1)
+        # Row i's successor is row i + 1 unless i ends an episode. A terminal step needs no successor (mask 0):
+        # it keeps its own observation as a placeholder. A time-limit end (or the file's last row) has none: dropped.
+        next_obs = np.concatenate([obs[1:], obs[-1:]])
+        next_obs[terminals] = obs[terminals]
+        keep = terminals | ~timeouts
+        keep[-1] = terminals[-1]
+    return {
+        "observations": obs[keep],
+        "actions": per_step["actions"].astype(np.float32)[keep],
+        "rewards": per_step["rewards"].astype(np.float32).reshape(-1)[keep],
+        "next_observations": next_obs[keep],
+        "masks": (1.0 - terminals[keep]).astype(np.float32),
+    }
+
+
+def read_ogbench_npz(path: str | Path, env=None, env_name: str | None = None,
+                     action_low: float = -1.0, action_high: float = 1.0) -> dict[str, np.ndarray]:
+    """Transitions of an OGBench `.npz` file; single-task rewards/masks are relabelled with `env` (see docstring).
+
+    Without `env` the file must already hold `rewards` (and optionally `masks`) per row.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetNotFoundError(path, "OGBench .npz file not found",
+                                   "point `root` at the folder of OGBench datasets (e.g. ~/.ogbench/data)")
+    try:
+        with np.load(path) as f:
+            raw = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as e:
+        raise DatasetFormatError(path, f"not a readable .npz file ({e})", "re-download or regenerate it") from e
+    fix = "an OGBench file holds observations, actions, terminals (+ qpos, qvel for single-task rewards)"
+    _require(path, raw, ("observations", "actions", "terminals"), fix)
+    relabel = env is not None
+    if relabel:
+        _require(path, raw, ("qpos", "qvel"), "single-task rewards are computed from them: " + fix)
+        if "puzzle" in (env_name or "") or "scene" in (env_name or ""):
+            _require(path, raw, ("button_states",), "puzzle/scene rewards are computed from them: " + fix)
+    else:
+        _require(path, raw, ("rewards",), "without an environment to relabel from, the file must hold rewards")
+    per_step = {k: np.asarray(v) for k, v in raw.items() if k in
+                ("observations", "actions", "terminals", "qpos", "qvel", "button_states", "rewards", "masks")}
+    _check_lengths(path, per_step)
+    _check_finite(path, per_step)
+    _check_actions(path, per_step["actions"], action_low, action_high)
+    terminals = per_step["terminals"].astype(bool).reshape(-1)
+    if not terminals[-1]:
+        raise DatasetFormatError(path, "key 'terminals': the last row does not end a trajectory",
+                                 "OGBench files mark the last row of every trajectory with terminals = 1")
+
+    ob_mask = ~terminals  # rows with a successor in the same trajectory
+    next_mask = np.concatenate([[False], ob_mask[:-1]])
+    out = {
+        "observations": per_step["observations"][ob_mask].astype(np.float32),
+        "actions": per_step["actions"][ob_mask].astype(np.float32),
+        "next_observations": per_step["observations"][next_mask].astype(np.float32),
+    }
+    if relabel:
+        from ogbench.relabel_utils import relabel_dataset
+
+        info = {k: per_step[k][ob_mask] for k in ("qpos", "qvel", "button_states") if k in per_step}
+        relabel_dataset(env_name, env, info)
+        out["rewards"], out["masks"] = info["rewards"], info["masks"]
+    else:
+        out["rewards"] = per_step["rewards"][ob_mask].astype(np.float32).reshape(-1)
+        out["masks"] = (per_step["masks"][ob_mask] if "masks" in per_step
+                        else np.ones(ob_mask.sum())).astype(np.float32).reshape(-1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------- loaders
+def _batch_seed(*parts: int) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 1
+
+
+class TransitionLoader:
+    """`steps_per_epoch` uniform random minibatches (with replacement) per epoch, as offline RL samples them.
+
+    The k-th minibatch of a run is drawn from a generator seeded by (seed, rank, k), where k counts the gradient steps
+    already taken: `position()` (the model's `updates` counter, restored from checkpoints) is read when an epoch's
+    iteration starts. A run resumed from any checkpoint, mid-epoch included, therefore sees the very same stream, with
+    no loader state to save (Lightning's one-batch pre-fetch cannot shift it).
+    """
+
+    def __init__(self, data: dict[str, torch.Tensor], batch_size: int, steps_per_epoch: int, seed: int = 0,
+                 rank: int = 0, position: Callable[[], int] | None = None):
+        self.data, self.batch_size, self.steps_per_epoch = data, batch_size, steps_per_epoch
+        self.seed, self.rank = seed, rank
+        self.size = len(next(iter(data.values())))
+        self._own = 0
+        self.position = position or (lambda: self._own)
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def batch(self, k: int) -> dict[str, torch.Tensor]:
+        """The k-th minibatch of the stream."""
+        g = torch.Generator().manual_seed(_batch_seed(self.seed, self.rank, k))
+        idx = torch.randint(self.size, (self.batch_size,), generator=g)
+        return {key: v[idx] for key, v in self.data.items()}
+
+    def __iter__(self):
+        k = int(self.position())
+        for i in range(self.steps_per_epoch - k % self.steps_per_epoch):  # a resumed epoch runs its remaining steps
+            self._own = k + i + 1
+            yield self.batch(k + i)
+
+    # Lightning treats a loader with this interface as resumable; the position lives in the model, so nothing to keep.
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class _Episodes(Dataset):
+    """Evaluation episode indices: the validation loop rolls out one episode per index."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor(i)
+
+
+# ------------------------------------------------------------------------------------------------------ datamodules
+class OfflineRLData(BaseDataModule):
+    """Common part of the OGBench and D4RL DataModules: transitions for training, environment episodes for evaluation.
+
+    Subclasses set `env_id` and the sizes in `__init__`, and implement `read()` and `generate_default()`.
+    """
+
+    model_links: ClassVar[dict[str, str]] = {"obs_dim": "obs_dim", "action_dim": "action_dim"}
+
+    def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 256, num_workers: int = 0,
+                 steps_per_epoch: int = 1000, eval_episodes: int = 10, eval_seed: int = 10_000, seed: int = 0,
+                 reward_scale: float = 1.0, reward_shift: float = 0.0):
+        """
+        Args:
+            root: Real data (see the subclass); null generates the default dataset into `data_dir`.
+            data_dir: Cache folder of generated datasets.
+            batch_size: Transitions per gradient step (per device).
+            num_workers: Unused (batches are sliced from in-memory tensors); kept for the common interface.
+            steps_per_epoch: Gradient steps per epoch; evaluation runs every `check_val_every_n_epoch` epochs.
+            eval_episodes: Environment episodes per evaluation (per evaluation budget L).
+            eval_seed: Seed of the first evaluation episode (episode i resets with eval_seed + i).
+            seed: Seed of the minibatch stream (each rank adds its rank).
+            reward_scale: Rewards are used as reward_scale * r + reward_shift.
+            reward_shift: See `reward_scale`.
+        """
+        super().__init__(root, data_dir, batch_size, num_workers)
+        self.steps_per_epoch = steps_per_epoch
+        self.eval_episodes = eval_episodes
+        self.eval_seed = eval_seed
+        self.seed = seed
+        self.reward_scale = reward_scale
+        self.reward_shift = reward_shift
+        self.env_id = ""
+        self.obs_dim = 0
+        self.action_dim = 0
+        self.transitions: dict[str, torch.Tensor] | None = None
+
+    def _sizes_from_env(self) -> None:
+        env = make_env(self.env_id)
+        self.obs_dim = int(np.prod(env.observation_space.shape))
+        self.action_dim = int(np.prod(env.action_space.shape))
+        env.close()
+
+    def make_env(self):
+        """A fresh evaluation environment."""
+        return make_env(self.env_id)
+
+    def read(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def score(self, returns: np.ndarray, successes: np.ndarray) -> np.ndarray:
+        """The task's headline number per episode (success in % for OGBench, normalised return for D4RL)."""
+        return 100.0 * successes
+
+    def setup(self, stage: str) -> None:
+        if self.transitions is not None:
+            return
+        data = self.read()
+        path = self.data_file
+        if data["observations"].shape[1] != self.obs_dim or data["actions"].shape[1] != self.action_dim:
+            raise DatasetFormatError(
+                path, f"observations/actions have dims {data['observations'].shape[1]}/{data['actions'].shape[1]} but "
+                f"{self.env_id} has {self.obs_dim}/{self.action_dim}", "use the dataset that belongs to this environment")
+        data["rewards"] = data["rewards"] * self.reward_scale + self.reward_shift
+        self.transitions = {k: torch.from_numpy(np.ascontiguousarray(data[k], dtype=np.float32)) for k in KEYS}
+
+    @property
+    def data_file(self) -> Path:
+        raise NotImplementedError
+
+    def train_dataloader(self) -> TransitionLoader:
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        position = (lambda: int(module.updates)) if hasattr(module, "updates") else None  # gradient steps taken
+        return TransitionLoader(self.transitions, self.batch_size, self.steps_per_epoch, self.seed, rank, position)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(_Episodes(self.eval_episodes), batch_size=self.eval_episodes)
+
+    def describe(self) -> str:
+        n = 0 if self.transitions is None else len(self.transitions["rewards"])
+        return (f"{type(self).__name__}: {n} transitions from {self.data_file} (obs {self.obs_dim}, action "
+                f"{self.action_dim}); evaluation in {self.env_id}, {self.eval_episodes} episodes per budget")
+
+
+class OGBenchData(OfflineRLData):
+    """An OGBench single-task dataset (`.npz`), evaluated in the OGBench environment of that task.
+
+    The default generates a small `cube-single-play` dataset with OGBench's own scripted oracles (the benchmark's
+    procedure at a smaller size, see `generate.py`); `root` points at a folder of real OGBench files
+    (`~/.ogbench/data`, from `ogbench.download_datasets`), read by the same reader.
+    """
+
+    default_name = "ogbench"
+    default_version = 1
+
+    def __init__(self, dataset: str = "cube-single-play-singletask-task2-v0", root: str | None = None,
+                 data_dir: str = "data", batch_size: int = 256, num_workers: int = 0, steps_per_epoch: int = 1000,
+                 eval_episodes: int = 10, eval_seed: int = 10_000, seed: int = 0, reward_scale: float = 1.0,
+                 reward_shift: float = 0.0, num_episodes: int = 100, episode_length: int = 1001,
+                 generator_seed: int = 0):
+        """
+        Args:
+            dataset: OGBench single-task name `<env>-<play|noisy>-singletask[-taskK]-v0`.
+            root: Folder holding `<env>-<type>-v0.npz` (OGBench's file name); null generates it.
+            data_dir: Cache folder of generated datasets.
+            batch_size: Transitions per gradient step (per device).
+            num_workers: Unused (batches are sliced from in-memory tensors).
+            steps_per_epoch: Gradient steps per epoch.
+            eval_episodes: Environment episodes per evaluation budget L.
+            eval_seed: Seed of the first evaluation episode.
+            seed: Seed of the minibatch stream.
+            reward_scale: Rewards are used as reward_scale * r + reward_shift.
+            reward_shift: See `reward_scale`.
+            num_episodes: Generated training episodes (OGBench uses 1000; one tenth as many go to the -val file).
+            episode_length: Steps per generated episode (OGBench: 1001).
+            generator_seed: Seed of the generated dataset.
+        """
+        super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
+                         reward_scale, reward_shift)
+        parts = dataset.split("-")
+        if "singletask" not in parts or parts.index("singletask") < 2:
+            raise ValueError(f"{dataset!r} is not an OGBench single-task dataset name "
+                             "(e.g. cube-single-play-singletask-task2-v0)")
+        pos = parts.index("singletask")
+        self.dataset = dataset
+        self.dataset_type = parts[pos - 1]
+        self.env_id = "-".join(parts[: pos - 1] + parts[pos:])  # cube-single-singletask-task2-v0
+        self.file_stem = "-".join(parts[:pos] + parts[-1:])  # cube-single-play-v0
+        self.generator_env = "-".join(parts[: pos - 1] + parts[-1:])  # cube-single-v0
+        self.num_episodes, self.episode_length, self.generator_seed = num_episodes, episode_length, generator_seed
+        self._sizes_from_env()
+
+    @property
+    def path(self) -> Path:
+        if self.root is not None:
+            return Path(self.root).expanduser()
+        tag = f"{self.file_stem}-e{self.num_episodes}x{self.episode_length}-s{self.generator_seed}"
+        return Path(self.data_dir) / f"{self.default_name}-{tag}-v{self.default_version}"
+
+    @property
+    def data_file(self) -> Path:
+        return self.path / f"{self.file_stem}.npz"
+
+    def generate_default(self, out_dir: Path) -> None:
+        from .generate import generate_ogbench_manipulation
+
+        generate_ogbench_manipulation(out_dir, self.generator_env, self.dataset_type, self.num_episodes,
+                                      self.episode_length, seed=self.generator_seed)
+
+    def read(self) -> dict[str, np.ndarray]:
+        env = make_env(self.env_id)
+        try:
+            return read_ogbench_npz(self.data_file, env=env, env_name=self.env_id)
+        finally:
+            env.close()
+
+
+class D4RLData(OfflineRLData):
+    """A D4RL-format HDF5 dataset, evaluated in a gymnasium MuJoCo environment with D4RL's normalised score.
+
+    normalised score = 100 (R - ref_min_score) / (ref_max_score - ref_min_score), the references coming from the
+    arguments or else from the file's `metadata/ref_min_score`, `metadata/ref_max_score` (written by the generator).
+    The default writes a mixed-quality `Reacher-v5` dataset from a scripted arm controller (see `generate.py`).
+    """
+
+    default_name = "d4rl"
+    default_version = 1
+
+    def __init__(self, env_id: str = "Reacher-v5", root: str | None = None, data_dir: str = "data",
+                 batch_size: int = 256, num_workers: int = 0, steps_per_epoch: int = 1000, eval_episodes: int = 10,
+                 eval_seed: int = 10_000, seed: int = 0, reward_scale: float = 1.0, reward_shift: float = 0.0,
+                 ref_min_score: float | None = None, ref_max_score: float | None = None, num_episodes: int = 400,
+                 generator_seed: int = 0):
+        """
+        Args:
+            env_id: gymnasium environment the data come from and evaluation runs in.
+            root: A D4RL `.hdf5` file (or a folder holding exactly one); null generates the default.
+            data_dir: Cache folder of generated datasets.
+            batch_size: Transitions per gradient step (per device).
+            num_workers: Unused (batches are sliced from in-memory tensors).
+            steps_per_epoch: Gradient steps per epoch.
+            eval_episodes: Environment episodes per evaluation budget L.
+            eval_seed: Seed of the first evaluation episode.
+            seed: Seed of the minibatch stream.
+            reward_scale: Rewards are used as reward_scale * r + reward_shift.
+            reward_shift: See `reward_scale`.
+            ref_min_score: Return of a random policy (D4RL's REF_MIN_SCORE); null reads the file's metadata.
+            ref_max_score: Return of an expert (D4RL's REF_MAX_SCORE); null reads the file's metadata.
+            num_episodes: Generated episodes.
+            generator_seed: Seed of the generated dataset.
+        """
+        super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
+                         reward_scale, reward_shift)
+        self.env_id = env_id
+        self.ref_min_score, self.ref_max_score = ref_min_score, ref_max_score
+        self.num_episodes, self.generator_seed = num_episodes, generator_seed
+        self._sizes_from_env()
+
+    @property
+    def path(self) -> Path:
+        if self.root is not None:
+            return Path(self.root).expanduser()
+        tag = f"{self.env_id.lower()}-e{self.num_episodes}-s{self.generator_seed}"
+        return Path(self.data_dir) / f"{self.default_name}-{tag}-v{self.default_version}"
+
+    @property
+    def data_file(self) -> Path:
+        p = self.path
+        if p.is_dir():
+            files = sorted(p.glob("*.hdf5")) + sorted(p.glob("*.h5"))
+            if len(files) != 1:
+                raise DatasetNotFoundError(p, f"expected one .hdf5 file in the folder, found {len(files)}",
+                                           "set `root` to the .hdf5 file itself")
+            return files[0]
+        return p
+
+    def generate_default(self, out_dir: Path) -> None:
+        from .generate import generate_d4rl_mujoco
+
+        generate_d4rl_mujoco(out_dir / f"{self.env_id.lower()}-mixed.hdf5", self.env_id, self.num_episodes,
+                             seed=self.generator_seed)
+
+    def read(self) -> dict[str, np.ndarray]:
+        import h5py
+
+        data = read_d4rl_hdf5(self.data_file)
+        with h5py.File(self.data_file, "r") as f:
+            meta = f.get("metadata")
+            for key in ("ref_min_score", "ref_max_score"):
+                if getattr(self, key) is None and meta is not None and key in meta:
+                    setattr(self, key, float(meta[key][()]))
+        return data
+
+    def score(self, returns: np.ndarray, successes: np.ndarray) -> np.ndarray:
+        if self.ref_min_score is None or self.ref_max_score is None:
+            return returns
+        return 100.0 * (returns - self.ref_min_score) / (self.ref_max_score - self.ref_min_score)

@@ -1,0 +1,150 @@
+"""Plain PyTorch networks of VGF (no Lightning): the flow-matching reference policy, the twin critic, the amortised
+action-gradient network of A-VGF and the deterministic actor of the TD3+BC baseline.
+
+Shapes: observations `[..., obs_dim]`, actions `[..., action_dim]`; every network accepts any number of leading batch
+dimensions, so a `[B, N, action_dim]` block of particles is evaluated in one call.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
+    """ReLU MLP; `layer_norm` puts a LayerNorm after every hidden Linear (as FQL/VGF do for the critic)."""
+    layers: list[nn.Module] = []
+    d = in_dim
+    for h in hidden:
+        layers.append(nn.Linear(d, h))
+        if layer_norm:
+            layers.append(nn.LayerNorm(h))
+        layers.append(nn.ReLU())
+        d = h
+    layers.append(nn.Linear(d, out_dim))
+    return nn.Sequential(*layers)
+
+
+class FlowPolicy(nn.Module):
+    """Reference policy mu_theta(a|s): a rectified-flow velocity field v_theta(s, x_t, t), sampled by Euler steps.
+
+    Flow matching (paper Sec. 3 / FQL): x_0 ~ N(0, I), x_1 = a, x_t = (1 - t) x_0 + t x_1, and v_theta regresses the
+    constant velocity x_1 - x_0. Sampling integrates dx/dt = v_theta from t = 0 to 1 and clips to the action box.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
+                 layer_norm: bool = False):
+        super().__init__()
+        self.action_dim = action_dim
+        self.net = mlp(obs_dim + action_dim + 1, hidden, action_dim, layer_norm)
+
+    def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """v_theta(s, x_t, t); `t` has shape `[..., 1]`."""
+        return self.net(torch.cat([obs, x, t], dim=-1))
+
+    def flow_matching_loss(self, obs: torch.Tensor, actions: torch.Tensor,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
+        """|| v_theta(s, x_t, t) - (x_1 - x_0) ||^2 averaged over the batch and action dims."""
+        x0 = torch.randn(actions.shape, generator=generator, device=actions.device, dtype=actions.dtype)
+        t = torch.rand((*actions.shape[:-1], 1), generator=generator, device=actions.device, dtype=actions.dtype)
+        xt = (1 - t) * x0 + t * actions
+        return (self.velocity(obs, xt, t) - (actions - x0)).pow(2).mean()
+
+    def sample(self, obs: torch.Tensor, steps: int = 10, generator: torch.Generator | None = None,
+               noise: torch.Tensor | None = None) -> torch.Tensor:
+        """Euler-integrate the flow from Gaussian noise for `steps` steps; returns actions clipped to [-1, 1]."""
+        x = noise if noise is not None else torch.randn(
+            (*obs.shape[:-1], self.action_dim), generator=generator, device=obs.device, dtype=obs.dtype)
+        for i in range(steps):
+            t = torch.full((*obs.shape[:-1], 1), i / steps, device=obs.device, dtype=obs.dtype)
+            x = x + self.velocity(obs, x, t) / steps
+        return x.clamp(-1.0, 1.0)
+
+
+class EnsembleLinear(nn.Module):
+    """`num` independent Linear layers applied to a stacked input `[num, ..., in]` with one batched matmul."""
+
+    def __init__(self, num: int, in_dim: int, out_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num, in_dim, out_dim))
+        self.bias = nn.Parameter(torch.empty(num, 1, out_dim))
+        bound = 1.0 / math.sqrt(in_dim)  # nn.Linear's default initialisation, per member
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = torch.baddbmm(self.bias, x.reshape(shape[0], -1, shape[-1]), self.weight)
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the last dim with a separate gain and bias per ensemble member."""
+
+    def __init__(self, num: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(num, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = nn.functional.layer_norm(x, shape[-1:]).reshape(shape[0], -1, shape[-1])
+        return (y * self.weight + self.bias).reshape(shape)
+
+
+class Critic(nn.Module):
+    """An ensemble of `num_q` Q networks Q_k(s, a) (MLP, LayerNorm, ReLU); `forward` returns `[num_q, ...]`."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
+                 layer_norm: bool = True, num_q: int = 2):
+        super().__init__()
+        self.num_q = num_q
+        layers: list[nn.Module] = []
+        d = obs_dim + action_dim
+        for h in hidden:
+            layers.append(EnsembleLinear(num_q, d, h))
+            if layer_norm:
+                layers.append(EnsembleLayerNorm(num_q, h))
+            layers.append(nn.ReLU())
+            d = h
+        layers.append(EnsembleLinear(num_q, d, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([obs, actions], dim=-1)
+        x = x.unsqueeze(0).expand(self.num_q, *x.shape)
+        return self.net(x).squeeze(-1)
+
+    def value(self, obs: torch.Tensor, actions: torch.Tensor, agg: str = "mean") -> torch.Tensor:
+        """Q(s, a) aggregated over the ensemble: `mean` (VGF's flow gradient) or `min` (clipped double Q)."""
+        qs = self(obs, actions)
+        if agg == "mean":
+            return qs.mean(0)
+        if agg == "min":
+            return qs.min(0).values
+        raise ValueError(f"unknown Q aggregation {agg!r}; use 'mean' or 'min'")
+
+
+class ActionGradient(nn.Module):
+    """A-VGF's amortised score g_psi(s, a) ~ grad_a Q(s, a), trained by regression on the critic's action gradient."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
+                 layer_norm: bool = True):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden, action_dim, layer_norm)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, actions], dim=-1))
+
+
+class DeterministicActor(nn.Module):
+    """pi(s) in [-1, 1] (tanh head): the policy of the TD3+BC baseline."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256)):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, action_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs))

@@ -1,0 +1,300 @@
+"""VGF as a LightningModule: TD learning through value-gradient-flow particles, a flow-matching reference policy, and
+evaluation rollouts in the real environment for every transport budget L in one pass.
+
+One training step (manual optimisation, `agents/vgf.py` of the official code):
+
+    a'_j ~ mu_theta(.|s'), j = 1..N                         reference particles (Euler-sampled flow policy)
+    a'_j <- L_train SVGD steps toward exp(Q(s', .) / alpha)  value gradient flow (transport.py), Q = mean of the critics
+    y = r + gamma m mean_j min_k Qbar_k(s', a'_j)            TD target through the moved particles (target critic)
+    L_Q = sum_k (Q_k(s, a) - y)^2                            critic step, then Polyak target update
+    L_mu = || v_theta(s, x_t, t) - (a - x_0) ||^2            reference-policy (behaviour cloning) flow-matching step
+
+Acting: N particles from mu_theta(.|s), L_eval flow steps, the particle of highest Q. L_eval = 0 is best-of-N under Q.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core import BaseModule
+from lit_iclr.core.figures import log_figure, plt
+
+from .envs import Rollouts, evaluate
+from .model import ActionGradient, Critic, FlowPolicy
+from .transport import critic_score, select_best, transport
+
+
+def _seed(*parts: int) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 1
+
+
+def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+    """theta_bar <- tau theta + (1 - tau) theta_bar."""
+    with torch.no_grad():
+        for pt, ps in zip(target.parameters(), source.parameters(), strict=True):
+            pt.lerp_(ps, tau)
+
+
+class OfflineRLModule(BaseModule):
+    """Shared evaluation of the offline RL methods: each validation batch of episode indices is rolled out in the
+    DataModule's environment for every *group* (a policy variant such as a budget L), all groups in lock-step, and
+    `val/<metric>_<group>` is logged for the score (success % or normalised return), return, success and Q estimate.
+    """
+
+    eval_envs_max = 8  # environments kept alive between evaluations (OGBench's take seconds to build)
+
+    def __init__(self):
+        super().__init__()
+        self._envs: list = []
+        self.register_buffer("updates", torch.zeros((), dtype=torch.long))  # gradient steps taken (resume-exact RNG)
+
+    # subclasses define the groups and how each acts
+    def eval_groups(self) -> list[str]:
+        raise NotImplementedError
+
+    def act_groups(self, obs: torch.Tensor, groups: np.ndarray, generator: torch.Generator
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions `[M, A]` and their Q estimate `[M]` for observations `[M, D]`, `groups[m]` indexing eval_groups()."""
+        raise NotImplementedError
+
+    def step_generator(self) -> torch.Generator:
+        """RNG of this gradient step, a function of (seed, rank, step): a resumed run draws the same numbers."""
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        return torch.Generator(device=self.device).manual_seed(_seed(self.hparams.seed, rank, int(self.updates)))
+
+    def rollout(self, episodes: Sequence[int], groups: Sequence[int] | None = None, datamodule=None) -> Rollouts:
+        """Roll out episodes (eval seed + index) for the given groups (default: all); returns per-job results."""
+        dm = datamodule if datamodule is not None else self.trainer.datamodule
+        names = self.eval_groups()
+        groups = list(range(len(names))) if groups is None else list(groups)
+        jobs = [(dm.eval_seed + int(e), g) for e in episodes for g in groups]
+        want = min(len(jobs), self.eval_envs_max)
+        while len(self._envs) < want:
+            self._envs.append(dm.make_env())
+        generator = torch.Generator(device=self.device).manual_seed(_seed(self.hparams.seed, dm.eval_seed))
+        q_log: dict[int, list[float]] = {}
+
+        def policy(obs: np.ndarray, job_groups: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+                actions, q = self.act_groups(o, job_groups, generator)
+            for g, v in zip(job_groups.tolist(), q.tolist(), strict=True):
+                q_log.setdefault(g, []).append(v)
+            return actions.cpu().numpy()
+
+        was_training = self.training
+        self.eval()
+        res = evaluate(self._envs[:want], policy, jobs)
+        self.train(was_training)
+        res.q_means = {g: float(np.mean(v)) for g, v in q_log.items()}
+        return res
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        dm = self.trainer.datamodule
+        res = self.rollout(batch.tolist())
+        score = dm.score(res.returns, res.successes)
+        n = len(batch)
+        curve = []
+        for g, name in enumerate(self.eval_groups()):
+            sel = res.groups == g
+            curve.append(float(score[sel].mean()))
+            for metric, values in (("score", score), ("return", res.returns), ("success", 100.0 * res.successes)):
+                self.log(f"val/{metric}_{name}", float(values[sel].mean()), sync_dist=True, batch_size=n)
+            self.log(f"val/q_{name}", res.q_means.get(g, 0.0), sync_dist=True, batch_size=n)
+        self.log("val/score", curve[-1], sync_dist=True, batch_size=n, prog_bar=True)
+        self._curve = curve
+
+    def on_validation_epoch_end(self) -> None:
+        curve = getattr(self, "_curve", None)
+        if curve is None or self.trainer.sanity_checking:
+            return
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot(range(len(curve)), curve, marker="o")
+        ax.set_xticks(range(len(curve)), self.eval_groups())
+        ax.set_xlabel("evaluation policy")
+        ax.set_ylabel("score")
+        ax.set_title(f"step {int(self.updates)}")
+        fig.tight_layout()
+        log_figure(self, "val/test_time_scaling", fig)
+
+    def on_fit_end(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+
+class VGF(OfflineRLModule):
+    """Value Gradient Flow (Xu et al., ICLR 2026): behaviour-regularised RL by a bounded particle transport.
+
+    With `amortized: true` it is A-VGF: the score grad_a Q comes from a network g_psi(s, a) regressed on the critic's
+    action gradient, and the flow has no kernel term (phi = g_psi), with per-state norm clipping before Adam.
+    With `transport: ascent` the kernel and repulsion are dropped: unconstrained Adam ascent on Q (a baseline).
+    """
+
+    def __init__(self, obs_dim: int = 1, action_dim: int = 1, actor_hidden: Sequence[int] = (256, 256, 256),
+                 critic_hidden: Sequence[int] = (256, 256, 256), critic_layer_norm: bool = True,
+                 discount: float = 0.99, tau: float = 0.005, num_particles: int = 10, flow_lr: float = 0.05,
+                 alpha: float = 0.5, train_flow_steps: int = 1, eval_flow_steps: Sequence[int] = (0, 1, 2, 3),
+                 bc_flow_steps: int = 10, transport: str = "svgd", target_select: str = "mean",
+                 flow_q_agg: str = "mean", value_q_agg: str = "min", amortized: bool = False,
+                 grad_clip_norm: float = 1.0, normalize_grad: bool = False,
+                 actor_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
+                 critic_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
+                 seed: int = 0):
+        """
+        Args:
+            obs_dim: Observation size (linked from the data).
+            action_dim: Action size (linked from the data); actions live in [-1, 1].
+            actor_hidden: Hidden widths of the reference policy's velocity MLP.
+            critic_hidden: Hidden widths of each Q network.
+            critic_layer_norm: LayerNorm after every hidden layer of the critics.
+            discount: gamma.
+            tau: Polyak rate of the target critic.
+            num_particles: N, particles per state (training targets and acting).
+            flow_lr: eta, Adam step size of the particle flow; the budget is L x eta.
+            alpha: Temperature of the target pi* ~ exp(Q / alpha): weight of the value drive against kernel repulsion.
+            train_flow_steps: L used for the next-state particles of the TD target.
+            eval_flow_steps: Budgets L evaluated side by side at every validation (the test-time-scaling curve).
+            bc_flow_steps: Euler steps of the reference flow policy.
+            transport: `svgd` (VGF) or `ascent` (no kernel, no repulsion: unconstrained ascent baseline).
+            target_select: How the TD target reduces the N particles' values: `mean` (paper) or `max`.
+            flow_q_agg: Ensemble reduction of Q whose gradient drives the particles: `mean` (paper) or `min`.
+            value_q_agg: Ensemble reduction for the TD target and the acting argmax: `min` or `mean`.
+            amortized: A-VGF: learn g_psi(s, a) ~ grad_a Q and drive the particles with it (no kernel).
+            grad_clip_norm: A-VGF: per-state L2 clip of the particle direction before Adam.
+            normalize_grad: A-VGF: regress g_psi on the unit-normalised action gradient.
+            actor_optimizer: Optimizer of the reference policy.
+            critic_optimizer: Optimizer of the critics (and of g_psi for A-VGF).
+            seed: Seed of the per-step noise (flow noise, particles), combined with the step and rank.
+        """
+        super().__init__()
+        if transport not in ("svgd", "ascent"):
+            raise ValueError(f"transport must be 'svgd' or 'ascent', got {transport!r}")
+        if target_select not in ("mean", "max"):
+            raise ValueError(f"target_select must be 'mean' or 'max', got {target_select!r}")
+        self.save_hyperparameters(ignore=["actor_optimizer", "critic_optimizer"])
+        self.automatic_optimization = False
+        self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
+        self.policy = FlowPolicy(obs_dim, action_dim, actor_hidden)
+        self.critic = Critic(obs_dim, action_dim, critic_hidden, critic_layer_norm)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.action_grad = ActionGradient(obs_dim, action_dim, critic_hidden) if amortized else None
+        self.eval_budgets = list(eval_flow_steps)
+
+    # ------------------------------------------------------------------------------------------------- the flow
+    def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
+             mode: str | None = None, lr: float | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Transport particles `[B, N, A]` at states `obs` `[B, N, D]` for `steps` steps (see `transport.transport`)."""
+        hp = self.hparams
+        mode = mode or hp.transport
+        if hp.amortized and mode == "svgd":
+            grad_net = self.action_grad
+
+            def score(a: torch.Tensor) -> torch.Tensor:
+                with torch.no_grad():
+                    return grad_net(obs, a)
+
+            return transport(particles, score, steps, lr or hp.flow_lr, hp.alpha, kernel=False,
+                             max_norm=hp.grad_clip_norm, keep=keep)
+        score = critic_score(lambda a: self.critic.value(obs, a, hp.flow_q_agg))
+        return transport(particles, score, steps, lr or hp.flow_lr, hp.alpha, kernel=mode == "svgd", keep=keep)
+
+    def reference_particles(self, obs: torch.Tensor, generator: torch.Generator | None = None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """States repeated N times `[B, N, D]` and N reference-policy samples for each `[B, N, A]`."""
+        obs_rep = obs.unsqueeze(1).expand(-1, self.hparams.num_particles, -1)
+        return obs_rep, self.policy.sample(obs_rep, self.hparams.bc_flow_steps, generator)
+
+    def act(self, obs: torch.Tensor, budgets: Sequence[int] = (1,), mode: str | None = None, lr: float | None = None,
+            generator: torch.Generator | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Acting for several budgets at once: {L: (actions `[B, A]`, Q of the chosen particle `[B]`)}.
+
+        One transport of max(L) steps; the particles after each L are read off it, and the best by Q is taken.
+        `mode="bc"` returns the first reference sample (plain behaviour cloning) for every budget.
+        """
+        with torch.no_grad():
+            obs_rep, x0 = self.reference_particles(obs, generator)
+            if mode == "bc":
+                a = x0[:, 0]
+                q = self.critic.value(obs, a, self.hparams.value_q_agg)
+                return {b: (a, q) for b in budgets}
+        _, snaps = self.move(obs_rep, x0, max(budgets), keep=budgets, mode=mode, lr=lr)
+        out = {}
+        with torch.no_grad():
+            for b in budgets:
+                q = self.critic.value(obs_rep, snaps[b], self.hparams.value_q_agg)
+                out[b] = (select_best(snaps[b], q), q.max(-1).values)
+        return out
+
+    # --------------------------------------------------------------------------------------------- evaluation
+    def eval_groups(self) -> list[str]:
+        return [f"L{b}" for b in self.eval_budgets]
+
+    def act_groups(self, obs, groups, generator):
+        res = self.act(obs, self.eval_budgets, generator=generator)
+        actions = torch.empty(obs.shape[0], self.hparams.action_dim, device=obs.device)
+        q = torch.empty(obs.shape[0], device=obs.device)
+        for g, b in enumerate(self.eval_budgets):
+            sel = torch.as_tensor(groups == g, device=obs.device)
+            actions[sel], q[sel] = res[b][0][sel], res[b][1][sel]
+        return actions, q
+
+    # ----------------------------------------------------------------------------------------------- training
+    def td_target(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:
+        """y = r + gamma m reduce_j Qbar(s', a'_j), a'_j the reference particles moved L_train flow steps."""
+        hp = self.hparams
+        obs_rep, x0 = self.reference_particles(batch["next_observations"], generator)
+        x, _ = self.move(obs_rep, x0, hp.train_flow_steps)
+        with torch.no_grad():
+            next_q = self.target_critic.value(obs_rep, x, hp.value_q_agg)  # [B, N]
+            next_v = next_q.mean(-1) if hp.target_select == "mean" else next_q.max(-1).values
+            return batch["rewards"] + hp.discount * batch["masks"] * next_v
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        hp = self.hparams
+        opts = self.optimizers()
+        opt_actor, opt_critic = opts[0], opts[1]
+        g = self.step_generator()
+
+        target = self.td_target(batch, g)
+        qs = self.critic(batch["observations"], batch["actions"])  # [2, B]
+        critic_loss = (qs - target).pow(2).sum(0).mean()
+        opt_critic.zero_grad()
+        self.manual_backward(critic_loss)
+        opt_critic.step()
+        polyak(self.target_critic, self.critic, hp.tau)
+
+        bc_loss = self.policy.flow_matching_loss(batch["observations"], batch["actions"], g)
+        opt_actor.zero_grad()
+        self.manual_backward(bc_loss)
+        opt_actor.step()
+
+        logs = {"train/bc_loss": bc_loss, "train/q_mean": qs.mean(), "train/target_mean": target.mean()}
+        if hp.amortized:
+            logs["train/grad_loss"] = self.action_grad_step(batch, opts[2])
+        self.updates += 1
+        self.log_dict(logs, prog_bar=False)
+        self.log("train/critic_loss", critic_loss, prog_bar=True)
+
+    def action_grad_step(self, batch: dict[str, torch.Tensor], opt) -> torch.Tensor:
+        """A-VGF: regress g_psi(s, a) on grad_a mean_k Q_k(s, a) at the data actions."""
+        obs = batch["observations"]
+        score = critic_score(lambda a: self.critic.value(obs, a, "mean"))(batch["actions"])
+        if self.hparams.normalize_grad:
+            score = score / (score.norm(dim=-1, keepdim=True) + 1e-8)
+        loss = (self.action_grad(obs, batch["actions"]) - score).pow(2).mean()
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return loss
+
+    def configure_optimizers(self):
+        opts = [self.actor_optimizer(self.policy.parameters()), self.critic_optimizer(self.critic.parameters())]
+        if self.action_grad is not None:
+            opts.append(self.critic_optimizer(self.action_grad.parameters()))
+        return opts
