@@ -124,7 +124,7 @@ class GraFITi(nn.Module):
         return out, C.view(R, V, -1)  # predictions (R, Q, V); per-variable representation (R, V, D)
 
     @staticmethod
-    def pass_down(rep: Tensor, n_children: int, start: Tensor, end: Tensor) -> Tensor:
+    def pass_down(rep: Tensor, n_children: int, start: Tensor, end: Tensor, p_start: Tensor, p_end: Tensor) -> Tensor:
         """Every child inherits its parent's per-variable representation."""
         return rep.repeat_interleave(n_children, 0)
 
@@ -214,14 +214,13 @@ class MTAN(nn.Module):
         a = torch.softmax(torch.einsum("rqe,rie->rqi", sq, sk) / math.sqrt(self.e), -1)
         return self.out(torch.einsum("rqi,rid->rqd", a, hdec)), z
 
-    def pass_down(self, rep: Tensor, n_children: int, start: Tensor, end: Tensor) -> Tensor:
+    def pass_down(self, rep: Tensor, n_children: int, start: Tensor, end: Tensor, p_start: Tensor, p_end: Tensor
+                  ) -> Tensor:
         """Each child gets the parent's z linearly interpolated at the child's own reference times.
 
-        `start, end` are the children's windows (R_child,); a parent's window is the union of its children's.
+        `start, end` are the children's windows and `p_start, p_end` their parents' windows, all (R_child,).
         """
         Rc = start.shape[0]
-        p_start = start.view(-1, n_children)[:, 0].repeat_interleave(n_children)
-        p_end = end.view(-1, n_children)[:, -1].repeat_interleave(n_children)
         parent = rep.repeat_interleave(n_children, 0)  # (R_child, n_ref, D)
         tau = self.ref_times(start, end)
         # parent reference i sits at p_start + (i + 0.5) / n_ref * (p_end - p_start)

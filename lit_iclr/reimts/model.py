@@ -52,19 +52,38 @@ class ReIMTS(nn.Module):
         self.levels = nn.ModuleList(make_backbone(backbone, n_vars, fusion and lvl > 0, **kw)
                                     for lvl in range(len(self.periods)))
 
-    def forward(self, x, x_mask, x_time, y_time, y_mask) -> dict[str, Tensor]:
-        """Returns `pred_all` (B, M_L, Q, V), every finest sub-sample's forecast, and `pred` (B, Q, V)."""
+    def horizon_path(self) -> list[int]:
+        """Per level, the sub-sample on the path from the whole window down to the horizon sub-sample."""
+        path = [self.horizon_index]
+        for n in reversed(self.n_children[1:]):
+            path.insert(0, path[0] // n)
+        return path
+
+    def forward(self, x, x_mask, x_time, y_time, y_mask, horizon_only: bool = False) -> dict[str, Tensor]:
+        """Returns `pred_all` (B, M_L, Q, V), every finest sub-sample's forecast, and `pred` (B, Q, V).
+
+        `horizon_only` runs only the ancestors of the horizon sub-sample (one row per sample and level): `pred` is
+        unchanged, since no other sub-sample feeds it, and `pred_all` is then just `pred` (B, 1, Q, V).
+        """
         B = x.shape[0]
         subs = recursive_split(x, x_mask, x_time, self.periods, self.record_hours)
-        rep = None
+        rep = prev = None
         for lvl, (net, sub) in enumerate(zip(self.levels, subs, strict=True)):
             M = sub["x"].shape[0] // B
+            n = self.n_children[lvl]
+            if horizon_only:
+                rows = torch.arange(B, device=x.device) * M + self.horizon_path()[lvl]
+                sub, M, n = {k: v[rows] for k, v in sub.items()}, 1, 1
             q_time = y_time.repeat_interleave(M, 0)  # forecast queries repeated for each sub-sample
             q_mask = y_mask.repeat_interleave(M, 0)
             parent = None
             if lvl > 0 and self.fusion:
-                parent = net.pass_down(rep, self.n_children[lvl], sub["start"], sub["end"])
+                p_start, p_end = prev["start"].repeat_interleave(n), prev["end"].repeat_interleave(n)
+                parent = net.pass_down(rep, n, sub["start"], sub["end"], p_start, p_end)
             out, rep = net(sub["x"], sub["x_mask"], sub["x_time"], q_time, q_mask, sub["start"], sub["end"], parent)
+            prev = sub
+        if horizon_only:
+            return {"pred_all": out.unsqueeze(1), "pred": out}
         pred_all = out.view(B, self.n_finest, *out.shape[1:])
         return {"pred_all": pred_all, "pred": pred_all[:, self.horizon_index]}
 
@@ -103,7 +122,7 @@ class Resampling(nn.Module):
         self.levels = nn.ModuleList(make_backbone(backbone, n_vars, fusion and lvl > 0, **kw)
                                     for lvl in range(len(self.bins) + 1))
 
-    def forward(self, x, x_mask, x_time, y_time, y_mask) -> dict[str, Tensor]:
+    def forward(self, x, x_mask, x_time, y_time, y_mask, horizon_only: bool = False) -> dict[str, Tensor]:
         B = x.shape[0]
         start = x.new_zeros(B)
         end = x.new_full((B,), self.window_hours / self.record_hours)
@@ -111,6 +130,6 @@ class Resampling(nn.Module):
         inputs.append((x, x_mask, x_time))
         rep = None
         for lvl, (net, (xi, mi, ti)) in enumerate(zip(self.levels, inputs, strict=True)):
-            parent = net.pass_down(rep, 1, start, end) if lvl > 0 and self.fusion else None
+            parent = net.pass_down(rep, 1, start, end, start, end) if lvl > 0 and self.fusion else None
             out, rep = net(xi, mi, ti, y_time, y_mask, start, end, parent)
         return {"pred_all": out.unsqueeze(1), "pred": out}

@@ -7,7 +7,6 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
-
 from lit_iclr.core.figures import log_figure
 
 from .model import ReIMTS, Resampling
@@ -35,6 +34,7 @@ class IMTSForecaster(BaseModule):
         n_layers: int = 2,
         n_heads: int = 4,
         n_ref: int = 16,
+        finest_loss: Literal["all", "horizon"] = "horizon",
         optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=1e-3),
         plot_every_n_epochs: int = 1,
     ):
@@ -52,6 +52,8 @@ class IMTSForecaster(BaseModule):
             n_layers: GraFITi graph attention layers.
             n_heads: Attention heads (GraFITi; mTAN uses 1).
             n_ref: mTAN reference points per (sub-)sample.
+            finest_loss: Train on the forecasts of `all` finest sub-samples (targets repeated per sub-sample, as the
+                reference code does) or only on the `horizon` sub-sample used at test time.
             optimizer: Optimizer factory.
             plot_every_n_epochs: Log a forecast figure of one validation patient every this many epochs (0: never).
         """
@@ -78,12 +80,15 @@ class IMTSForecaster(BaseModule):
             raise ConfigError(f"model.variant must be backbone, reimts, reimts_nofusion or resampling, got {variant!r}")
         self._sums: torch.Tensor | None = None  # running [sum sq err, sum abs err, n observed] of an eval epoch
 
-    def forward(self, batch: dict) -> dict:
-        return self.net(batch["x"], batch["x_mask"], batch["x_time"], batch["y_time"], batch["y_mask"])
+    def forward(self, batch: dict, horizon_only: bool = True) -> dict:
+        """`pred` (B, Q, V) is the forecast; with `horizon_only=False`, `pred_all` holds every finest sub-sample's."""
+        return self.net(batch["x"], batch["x_mask"], batch["x_time"], batch["y_time"], batch["y_mask"],
+                        horizon_only=horizon_only)
 
     def training_step(self, batch, batch_idx):
-        out = self(batch)
-        # loss on the finest level: masked MSE of every finest sub-sample against the (repeated) forecast targets
+        # loss on the finest level: masked MSE of the finest sub-samples against the (repeated) forecast targets; with
+        # finest_loss="horizon" only the horizon sub-sample and its ancestors are computed (nothing else feeds it)
+        out = self(batch, horizon_only=self.hparams.finest_loss == "horizon")
         pred_all = out["pred_all"]
         se, _, n = masked_errors(pred_all, batch["y"].unsqueeze(1), batch["y_mask"].unsqueeze(1).expand_as(pred_all))
         loss = se / n.clamp_min(1)

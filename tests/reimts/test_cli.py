@@ -32,7 +32,8 @@ def test_real_config_parses(capsys):
         main(["fit", "--config", str(ROOT / "configs/reimts.yaml"), "--print_config"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert "IMTSForecaster" in out and "PhysioNet2012" in out and "periods:" in out and "n_vars" not in out  # linked from the data
+    assert "IMTSForecaster" in out and "PhysioNet2012" in out and "periods:" in out
+    assert "n_vars" not in out  # linked from the data, never written in YAML
 
 
 def test_bad_backbone_is_one_line_error(tmp_path, capsys):

@@ -78,7 +78,7 @@ def test_mtan_pass_down_interpolates_the_parent_in_time():
     rep = a + b * ref.unsqueeze(-1)  # a representation linear in time is interpolated exactly
     c_start = torch.tensor([0.0, 24.0, 0.0, 24.0]) / 48
     c_end = torch.tensor([24.0, 39.0, 24.0, 39.0]) / 48
-    got = net.pass_down(rep, 2, c_start, c_end)
+    got = net.pass_down(rep, 2, c_start, c_end, p_start.repeat_interleave(2), p_end.repeat_interleave(2))
     tau = net.ref_times(c_start, c_end).clamp(float(ref[0, 0]), float(ref[0, -1]))
     want = a.repeat_interleave(2, 0) + b.repeat_interleave(2, 0) * tau.unsqueeze(-1)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -124,3 +124,17 @@ def test_masked_errors_ignore_unobserved_points():
     mask = torch.tensor([[1.0, 0.0, 1.0]])
     se, ae, n = masked_errors(pred, y, mask)
     assert (se, ae, n) == (1.0 + 16.0, 1.0 + 4.0, 2.0)
+
+
+@pytest.mark.parametrize("backbone, periods", [("grafiti", [39.0, 24.0, 12.0]), ("mtan", [39.0, 24.0, 12.0]),
+                                               ("mtan", [39.0, 10.0])])
+def test_horizon_path_only_gives_the_same_forecast(backbone, periods):
+    torch.manual_seed(0)
+    x, mask, t = random_batch(B=4, V=3)
+    q_time, q_mask = queries(4, 3)
+    m = ReIMTS(backbone, 3, periods, 36.0, 48.0, backbone_kwargs={"d_model": 8})
+    with torch.no_grad():
+        full = m(x, mask, t, q_time, q_mask)
+        path = m(x, mask, t, q_time, q_mask, horizon_only=True)
+    torch.testing.assert_close(path["pred"], full["pred"], atol=1e-5, rtol=1e-5)
+    assert m.horizon_path()[0] == 0 and m.horizon_path()[-1] == m.horizon_index == full["pred_all"].shape[1] - 1
