@@ -1,0 +1,62 @@
+"""The tiny twin config through the real CLI, the real config parsed, checkpoints of the pruned model restored."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from lit_iclr.cli import LitIclrCLI, main
+from lit_iclr.core.hf_moe import check_moe, load_compact
+from lit_iclr.heapr import HEAPrLM
+
+from .helpers import write_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_twin_fit_prunes_exports_and_reloads(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    main(["fit", "--config", str(ROOT / "tests/configs/heapr.yaml"), "--trainer.default_root_dir", str(run),
+          "--data.init_args.root", str(corpus), "--data.init_args.data_dir", str(tmp_path / "data")])
+    report = json.loads((run / "heapr_report.json").read_text())
+    assert report["report"]["method"] == "heapr"
+    assert report["report"]["atoms_pruned"] == round(0.25 * 2 * 4 * 16)
+    assert report["pruned"]["test_ppl"] > 1 and 0 <= report["pruned"]["topic_acc"] <= 1
+    assert report["report"]["params_after"] < report["report"]["params_before"]
+    # the Lightning checkpoint restores the per-expert widths
+    model = HEAPrLM.load_from_checkpoint(run / "checkpoints" / "pruned.ckpt", weights_only=False)
+    widths = {b.name: b.widths() for b in check_moe(model.model)}
+    assert widths == report["report"]["widths"]
+    # compact and HF exports give the same logits as the restored module
+    ids = torch.randint(0, 300, (2, 16))
+    with torch.no_grad():
+        ref = model.model.eval()(input_ids=ids).logits
+        compact = load_compact(run / "pruned_compact")
+        torch.testing.assert_close(compact(input_ids=ids).logits, ref)
+        hf = AutoModelForCausalLM.from_pretrained(run / "pruned_hf", trust_remote_code=False).eval()
+        torch.testing.assert_close(hf(input_ids=ids).logits, ref, atol=1e-5, rtol=1e-5)
+    # `test` on the pruned checkpoint evaluates it without pruning again
+    main(["test", "--config", str(ROOT / "tests/configs/heapr.yaml"), "--trainer.default_root_dir", str(tmp_path / "t"),
+          "--data.init_args.root", str(corpus), "--data.init_args.data_dir", str(tmp_path / "data"),
+          "--ckpt_path", str(run / "checkpoints" / "pruned.ckpt")])
+
+
+def test_real_config_parses():
+    cli = LitIclrCLI(args=["--config", str(ROOT / "configs/heapr.yaml")], run=False)
+    assert isinstance(cli.model, HEAPrLM) and cli.model.hparams.prune_ratio == 0.25
+    assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size == 4096
+
+
+@pytest.mark.parametrize("ratio", ["1.0", "0", "-0.1"])
+def test_bad_prune_ratio_is_a_clear_error(tmp_path, ratio, capsys):
+    if ratio == "0":  # 0 means "do not prune": accepted
+        HEAPrLM(prune_ratio=0.0)
+        return
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(ROOT / "tests/configs/heapr.yaml"), "--model.init_args.prune_ratio", ratio,
+              "--trainer.default_root_dir", str(tmp_path)])
+    assert "prune ratio must be strictly between 0 and 1" in capsys.readouterr().err
