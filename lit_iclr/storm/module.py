@@ -1,0 +1,283 @@
+"""STORM LightningModule: multi-resolution loss with the consistency term, autoregressive rollout, WB2 metrics."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core.module import BaseModule
+
+from .metrics import WB2Scores, lat_weights, spatial_mse
+from .model import STORMNet
+from .pyramid import down
+
+FORCINGS = 4  # cos/sin of the year fraction, cos/sin of the local solar time
+
+
+class STORM(BaseModule):
+    def __init__(self, num_channels: int = 6, num_static: int = 2, history: int = 2,
+                 latitudes: list[float] | None = None, longitudes: list[float] | None = None, periodic: bool = True,
+                 channel_names: list[str] | None = None, step_hours: int = 6,
+                 num_scales: int = 3, hidden: list[int] | None = None, num_blocks: int = 2, cross_scale: bool = True,
+                 decomposition: str = "laplacian", encoder: str = "convgru", consistency_weight: float = 0.1,
+                 scale_weights: list[float] | None = None, detach_rollout: bool = False, coarsen: int = 0,
+                 optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=1e-4),
+                 warmup_steps: int = 100, plot_channel: int = 0):
+        """
+        Args:
+            num_channels: Forecast channels C (linked from the data).
+            num_static: Static input fields (linked).
+            history: Input time steps (linked).
+            latitudes: Grid latitudes in degrees, ascending (linked).
+            longitudes: Grid longitudes in degrees (linked).
+            periodic: Global grid that wraps around (linked; False for a regional box).
+            channel_names: Names used in the logged metrics (linked).
+            step_hours: Hours per model step (linked).
+            num_scales: S, scale bands = forecast resolutions (1: single-scale baseline).
+            hidden: Width per scale, finest first (default 32, 48, 64, ... truncated to num_scales).
+            num_blocks: Rounds of per-scale blocks + cross-scale exchange.
+            cross_scale: Cross-scale exchange on (False: ablation without synergy).
+            decomposition: `laplacian` (invertible pyramid) or `spectral` (wavenumber bands).
+            encoder: Per-scale temporal encoder: `convgru` or `attention`.
+            consistency_weight: lambda_c of ||Down(y_hat^(s)) - y_hat^(s+1)||^2.
+            scale_weights: w_s of the per-resolution losses (default 1 for every scale).
+            detach_rollout: Stop gradients between rollout steps (cheaper, shorter memory).
+            coarsen: Train and evaluate on the grid coarsened 2^coarsen times (separately trained resolutions).
+            optimizer: Optimizer factory.
+            warmup_steps: Linear warm-up steps before the cosine decay of the learning rate.
+            plot_channel: Channel shown in the forecast-vs-truth figure logged at validation.
+        """
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        latitudes = latitudes if latitudes is not None else [-87.1875 + 5.625 * i for i in range(32)]
+        longitudes = longitudes if longitudes is not None else [5.625 * i for i in range(64)]
+        self.channel_names = list(channel_names or [f"ch{i}" for i in range(num_channels)])
+        hidden = list(hidden or [32 * 3 ** s // 2 ** s for s in range(num_scales)])[:num_scales]
+        self.S, self.periodic, self.coarsen = num_scales, periodic, coarsen
+        lat = torch.tensor(latitudes, dtype=torch.float64)
+        lon = torch.tensor(longitudes, dtype=torch.float64)
+        for _ in range(coarsen):
+            lat, lon = lat.reshape(-1, 2).mean(1), lon.reshape(-1, 2).mean(1)
+        mult = 2 ** (num_scales - 1)
+        H, W = lat.numel(), lon.numel()
+        self.pad = (-H % mult, -W % mult)  # grids not divisible by 2^(S-1) are padded (zero loss weight there)
+        w = lat_weights(lat)[:, None].expand(H, W)
+        self.register_buffer("w", F.pad(w, (0, self.pad[1], 0, self.pad[0])).contiguous(), persistent=False)
+        self.register_buffer("lon_rad", torch.deg2rad(F.pad(lon[None], (0, self.pad[1]), mode="replicate")[0]
+                                                      if self.pad[1] else lon).float(), persistent=False)
+        # normalisation (physical = normalised * std + mean) and 6-h tendency scale: set from the data at fit time,
+        # stored in checkpoints so forecasts can be made without the data module
+        self.register_buffer("norm_mean", torch.zeros(num_channels))
+        self.register_buffer("norm_std", torch.ones(num_channels))
+        self.register_buffer("diff_scale", torch.ones(num_channels))
+        self.scale_weights = list(scale_weights or [1.0] * num_scales)
+        self.net = STORMNet(num_channels, num_static, FORCINGS, history, num_scales, hidden, num_blocks, cross_scale,
+                            decomposition, encoder, periodic)
+
+    # ---------------------------------------------------------------- data
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is not None and hasattr(dm, "setup") and stage == "fit":
+            dm.setup(stage)
+            if hasattr(dm, "stats") and self.global_step == 0:
+                self.norm_mean.copy_(torch.as_tensor(dm.stats["mean"]))
+                self.norm_std.copy_(torch.as_tensor(dm.stats["std"]))
+                self.diff_scale.copy_(torch.as_tensor(dm.stats["diff_std"] / dm.stats["std"]))
+
+    def _grid(self, t: torch.Tensor) -> torch.Tensor:
+        """Coarsen and pad (..., H, W) fields to the model grid."""
+        for _ in range(self.coarsen):
+            t = down(t)
+        if any(self.pad):
+            shape = t.shape
+            flat = t.reshape(-1, 1, *shape[-2:])
+            flat = F.pad(flat, (0, 0, 0, self.pad[0]), mode="replicate")
+            flat = F.pad(flat, (0, self.pad[1], 0, 0), mode="circular" if self.periodic else "replicate")
+            t = flat.reshape(*shape[:-2], *flat.shape[-2:])
+        return t
+
+    def forcings(self, hours: torch.Tensor) -> torch.Tensor:
+        """(B, n) hours since 1970 -> (B, n, 4, H, W): season and local solar time (what the sun does)."""
+        year = 2 * math.pi * torch.remainder(hours / 24.0 / 365.2425, 1.0)
+        solar = 2 * math.pi * torch.remainder(hours / 24.0, 1.0)
+        local = solar[..., None].float() + self.lon_rad  # (B, n, W)
+        H = self.w.shape[0]
+        season = torch.stack([torch.cos(year), torch.sin(year)], -1).float()[..., None, None]  # (B, n, 2, 1, 1)
+        season = season.expand(*season.shape[:3], H, local.shape[-1])
+        day = torch.stack([torch.cos(local), torch.sin(local)], 2)[..., None, :].expand(-1, -1, -1, H, -1)
+        return torch.cat([season, day], 2)
+
+    # ------------------------------------------------------------ forecast
+    def step(self, window: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor) -> list[torch.Tensor]:
+        """One model step: window (B, T, C, H, W) ending at `init_hours` -> forecasts at every resolution, finest first
+        (y_hat^(s) = Down^s(x_t) + inc^(s) * tendency scale)."""
+        T = window.shape[1]
+        hours = init_hours[:, None] + self.hparams.step_hours * torch.arange(-T + 1, 2, device=window.device)
+        inc = self.net(window, static, self.forcings(hours))
+        scale = self.diff_scale[:, None, None]
+        base, out = window[:, -1], []
+        for s in range(self.S):
+            if s:
+                base = down(base)
+            out.append(base + inc[s] * scale)
+        return out
+
+    def rollout(self, x: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor, n_steps: int,
+                detach: bool = False) -> list[list[torch.Tensor]]:
+        """Autoregressive forecasts for steps 1..n_steps; each entry lists the resolutions (finest first)."""
+        preds, window, t = [], x, init_hours
+        for _ in range(n_steps):
+            out = self.step(window, static, t)
+            preds.append(out)
+            nxt = out[0].detach() if detach else out[0]
+            window = torch.cat([window[:, 1:], nxt[:, None]], 1)
+            t = t + self.hparams.step_hours
+        return preds
+
+    def forward(self, x: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor, n_steps: int = 1):
+        """Finest-resolution forecasts (B, n_steps, C, H, W) in normalised units."""
+        H, W = x.shape[-2:]
+        preds = self.rollout(self._grid(x), self._grid(static), init_hours, n_steps)
+        return torch.stack([p[0] for p in preds], 1)[..., : H // 2 ** self.coarsen, : W // 2 ** self.coarsen]
+
+    # ---------------------------------------------------------------- loss
+    def multires_loss(self, preds: list[torch.Tensor], y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """sum_s w_s LatMSE(y_hat^(s), Down^s y) and lambda_c's term sum_s LatMSE(Down y_hat^(s), y_hat^(s+1))."""
+        fit, cons, target, w = 0.0, 0.0, y, self.w
+        for s, p in enumerate(preds):
+            if s:
+                target, w = down(target), down(w)
+            fit = fit + self.scale_weights[s] * spatial_mse(p, target, w).mean()
+            if s + 1 < len(preds):
+                cons = cons + spatial_mse(down(p), preds[s + 1], down(w)).mean()
+        return fit, torch.as_tensor(cons, device=y.device)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        x, y, static = self._grid(batch["x"]), self._grid(batch["y"]), self._grid(batch["static"])
+        leads = batch["lead_steps"][0].tolist()
+        preds = self.rollout(x, static, batch["init_time"], max(leads), self.hparams.detach_rollout)
+        fit = cons = 0.0
+        for j, k in enumerate(leads):
+            f, c = self.multires_loss(preds[k - 1], y[:, j])
+            fit, cons = fit + f / len(leads), cons + c / len(leads)
+        loss = fit + self.hparams.consistency_weight * cons
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/fit", fit)
+        self.log("train/consistency", cons)
+        return loss
+
+    # ---------------------------------------------------------- evaluation
+    def on_validation_epoch_start(self) -> None:
+        self._scores = None
+
+    on_test_epoch_start = on_validation_epoch_start
+
+    def _evaluate(self, batch: dict, batch_idx: int, prefix: str) -> None:
+        y = batch["y"]
+        H, W = y.shape[-2:]
+        leads = batch["lead_steps"][0].tolist()
+        preds = self.rollout(self._grid(batch["x"]), self._grid(batch["static"]), batch["init_time"], max(leads))
+        crop = lambda t: t[..., : H // 2 ** self.coarsen, : W // 2 ** self.coarsen]
+        pred = crop(torch.stack([preds[k - 1][0] for k in leads], 1))
+        y, clim = self._grid(y), self._grid(batch["y_clim"])
+        y, clim = crop(y), crop(clim)
+        last = crop(self._grid(batch["x"][:, -1]))[:, None].expand_as(y)
+        w = crop(self.w)
+        if self._scores is None:
+            mk = lambda: WB2Scores(len(leads), y.shape[2], w).to(self.device)
+            self._scores = {"model": mk(), "persistence": mk(), "climatology": mk()}
+            self._leads = leads
+        self._scores["model"].update(pred, y, clim)
+        self._scores["persistence"].update(last, y, clim)
+        self._scores["climatology"].update(clim, y, clim)
+        # consistency of the heads at the longest lead: ||Down(y_hat^(s)) - y_hat^(s+1)|| (normalised units)
+        if self.S > 1:
+            p = preds[max(leads) - 1]
+            cons = torch.stack([spatial_mse(down(p[s]), p[s + 1], down(self.w) if s == 0 else self.w.new_ones(1))
+                                .mean().sqrt() for s in range(self.S - 1)]).mean()
+            self.log(f"{prefix}/consistency_rmse", cons, sync_dist=True, batch_size=y.shape[0])
+        self.log(f"{prefix}/loss", spatial_mse(pred[:, 0], y[:, 0], w).mean(), sync_dist=True, prog_bar=True,
+                 batch_size=y.shape[0])
+        if batch_idx == 0 and prefix == "val" and not self.trainer.sanity_checking:
+            self._figure(pred[0], y[0], leads)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "test")
+
+    def _log_scores(self, prefix: str) -> None:
+        if not self._scores:
+            return
+        std = self.norm_std.cpu()
+        for who, metric in self._scores.items():
+            r, a = metric.compute()
+            r, a = r.cpu(), a.cpu()
+            for j, lead in enumerate(self._leads):
+                hours = lead * self.hparams.step_hours
+                # normalised RMSE averaged over channels: the one number per lead to compare forecasters
+                self.log(f"{prefix}/rmse_norm_{hours}h/{who}", r[j].mean(), sync_dist=False)
+                self.log(f"{prefix}/acc_{hours}h/{who}", a[j].mean(), sync_dist=False)
+                if who == "model":
+                    for c, name in enumerate(self.channel_names):
+                        self.log(f"{prefix}/rmse/{name}/{hours}h", r[j, c] * std[c], sync_dist=False)
+                        self.log(f"{prefix}/acc/{name}/{hours}h", a[j, c], sync_dist=False)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_scores("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_scores("test")
+
+    def _figure(self, pred: torch.Tensor, y: torch.Tensor, leads: list[int]) -> None:
+        from lit_iclr.core.figures import log_figure
+
+        fig = forecast_figure(pred, y, leads, self.hparams.plot_channel, self.channel_names,
+                              self.norm_mean.cpu(), self.norm_std.cpu(), self.hparams.step_hours)
+        log_figure(self, "val/forecast", fig)
+
+    # ----------------------------------------------------------- optimiser
+    def configure_optimizers(self):
+        opt = self.optimizer(self.parameters())
+        total = max(int(self.trainer.estimated_stepping_batches), 1) if self._trainer is not None else 1000
+        warm = min(self.hparams.warmup_steps, max(total // 10, 1))
+
+        def schedule(step: int) -> float:
+            if step < warm:
+                return (step + 1) / warm
+            return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warm) / max(total - warm, 1))))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def forecast_figure(pred: torch.Tensor, y: torch.Tensor, leads: list[int], channel: int, names: list[str],
+                    mean: torch.Tensor, std: torch.Tensor, step_hours: int):
+    """Rows: truth, forecast, error for each lead (columns), in physical units."""
+    import matplotlib.pyplot as plt
+
+    c = channel
+    to_phys = lambda t: (t[:, c].detach().float().cpu() * std[c] + mean[c]).numpy()
+    P, Y = to_phys(pred), to_phys(y)
+    fig, axes = plt.subplots(3, len(leads), figsize=(3.2 * len(leads), 6.0), squeeze=False)
+    lo, hi = Y.min(), Y.max()
+    err = max(abs(P - Y).max(), 1e-6)
+    for j, lead in enumerate(leads):
+        for i, (field, kw) in enumerate([(Y[j], dict(vmin=lo, vmax=hi, cmap="viridis")),
+                                         (P[j], dict(vmin=lo, vmax=hi, cmap="viridis")),
+                                         (P[j] - Y[j], dict(vmin=-err, vmax=err, cmap="RdBu_r"))]):
+            ax = axes[i, j]
+            im = ax.imshow(field, origin="lower", **kw)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if j == 0:
+                ax.set_ylabel(["truth", "STORM", "error"][i])
+            if i == 0:
+                ax.set_title(f"{names[c]} +{lead * step_hours} h", fontsize=9)
+    fig.colorbar(axes[0, -1].images[0], ax=axes[:2, :].ravel().tolist(), shrink=0.8)
+    fig.colorbar(im, ax=axes[2, :].tolist(), shrink=0.8)
+    return fig

@@ -1,0 +1,341 @@
+"""Reader for ERA5 in WeatherBench 2 layout (Zarr store, one netCDF file or a folder of netCDF files) through xarray.
+
+Dims `time, level, latitude, longitude` (WB1 spellings `lat`, `lon` and `plev`/`pressure_level` are accepted), WB2
+variable names. Arrays stay lazy (dask): a window is read when a sample is asked for, statistics are streamed over time
+blocks, so a multi-year 1.5-degree store is never loaded whole. Latitude is returned ascending and longitude in
+[0, 360) ascending whatever the file uses.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
+
+ALIASES = {"lat": "latitude", "lon": "longitude", "plev": "level", "pressure_level": "level", "isobaricInhPa": "level",
+           "valid_time": "time"}
+
+
+@dataclass(frozen=True)
+class Channel:
+    variable: str
+    level: int | None  # None: a surface variable
+
+    @property
+    def name(self) -> str:
+        return self.variable if self.level is None else f"{self.variable}_{self.level}"
+
+
+def open_wb2(path: str | Path):
+    """Open a WB2 Zarr store, a netCDF file or a folder of netCDF files lazily, with canonical dims and coordinates."""
+    import xarray as xr
+
+    path = Path(path)
+    if not path.exists():
+        raise DatasetNotFoundError(path, "no such file or folder", "point `data.init_args.root` at a WB2 .zarr store or "
+                                   "netCDF file(s), or set it to null for the generated default")
+    try:
+        if path.is_dir() and not _is_zarr(path):
+            zarrs = sorted(path.glob("*.zarr"))
+            ncs = sorted(path.glob("*.nc"))
+            if len(zarrs) == 1 and not ncs:
+                return open_wb2(zarrs[0])
+            if not ncs:
+                raise DatasetFormatError(path, "holds neither a Zarr store nor .nc files",
+                                         "point root at a WB2 .zarr store or a folder of ERA5 netCDF files")
+            ds = xr.open_mfdataset(ncs, engine="h5netcdf", combine="by_coords", chunks={}, data_vars="minimal",
+                                   coords="minimal", compat="override")
+        elif path.is_dir():
+            ds = xr.open_zarr(path, chunks={}, consolidated=None)
+        else:
+            ds = xr.open_dataset(path, engine="h5netcdf", chunks={})
+    except (OSError, ValueError, KeyError) as e:
+        if isinstance(e, DatasetFormatError):
+            raise
+        raise DatasetFormatError(path, f"cannot be opened as Zarr/netCDF ({type(e).__name__}: {e})",
+                                 "check that the file is complete (re-download or regenerate it)") from e
+    return canonical(ds, path)
+
+
+def _is_zarr(path: Path) -> bool:
+    return any((path / f).exists() for f in (".zgroup", ".zmetadata", "zarr.json"))
+
+
+def canonical(ds, path: Path):
+    """Rename aliases, check the grid, sort latitude ascending and longitude to [0, 360) ascending."""
+    ds = ds.rename({k: v for k, v in ALIASES.items() if k in ds.dims or k in ds.coords})
+    for dim in ("time", "latitude", "longitude"):
+        if dim not in ds.dims:
+            raise DatasetFormatError(path, f"has no `{dim}` dimension (dims: {sorted(ds.dims)})",
+                                     "use the WB2 layout: dims time, level, latitude, longitude")
+    lat = ds["latitude"].values
+    lon = ds["longitude"].values
+    if lat.size < 2 or lon.size < 2 or np.abs(lat).max() > 90 or lon.min() < -180 or lon.max() > 360:
+        raise DatasetFormatError(path, f"latitude/longitude out of range or too short (lat {lat.min()}..{lat.max()}, "
+                                 f"lon {lon.min()}..{lon.max()})", "write degrees north in [-90, 90] and degrees east")
+    if not np.issubdtype(ds["time"].dtype, np.datetime64):
+        raise DatasetFormatError(path, f"time has dtype {ds['time'].dtype}, not datetime64",
+                                 "store time as CF datetimes (xarray decodes `hours since ...`)")
+    ds = ds.assign_coords(longitude=np.mod(lon, 360.0)).sortby("longitude").sortby("latitude")
+    if not (np.diff(ds["time"].values).astype(np.int64) > 0).all():
+        ds = ds.sortby("time")
+        if not (np.diff(ds["time"].values).astype(np.int64) > 0).all():
+            raise DatasetFormatError(path, "duplicate time stamps", "drop duplicated times (ds.drop_duplicates('time'))")
+    return ds
+
+
+def parse_channels(ds, variables: list[str], levels: list[int] | None, path: Path) -> list[Channel]:
+    """`name` (all `levels`, or all levels in the store when None) or `name@level`; surface variables have no level."""
+    channels = []
+    for spec in variables:
+        name, _, lev = spec.partition("@")
+        if name not in ds.data_vars:
+            raise DatasetFormatError(path, f"variable {name!r} not found; the store has {sorted(ds.data_vars)}",
+                                     "choose `data.init_args.variables` among those names (WB2 spelling)")
+        da = ds[name]
+        if "time" not in da.dims:
+            raise DatasetFormatError(path, f"{name!r} has no time dimension (a static field)",
+                                     "list it under `static_variables`")
+        if "level" not in da.dims:
+            if lev:
+                raise DatasetFormatError(path, f"{name!r} is a surface variable; it has no level {lev}",
+                                         f"write {name!r} without @level")
+            channels.append(Channel(name, None))
+            continue
+        have = [int(x) for x in da["level"].values]
+        wanted = [int(lev)] if lev else (list(levels) if levels is not None else have)
+        for w in wanted:
+            if w not in have:
+                raise DatasetFormatError(path, f"{name!r} has no level {w}; levels there: {have}",
+                                         "choose levels from that list (`levels` or `name@level`)")
+            channels.append(Channel(name, w))
+    return channels
+
+
+def check_statics(ds, names: list[str], path: Path) -> None:
+    for name in names:
+        if name not in ds.data_vars:
+            raise DatasetFormatError(path, f"static variable {name!r} not found; the store has {sorted(ds.data_vars)}",
+                                     "remove it from `static_variables` or use a store that has it")
+        extra = set(ds[name].dims) - {"latitude", "longitude"}
+        if extra:
+            raise DatasetFormatError(path, f"static variable {name!r} has dims {ds[name].dims}",
+                                     "static variables must be (latitude, longitude) fields")
+
+
+def region_index(lat: np.ndarray, lon: np.ndarray, region: list[float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the lat/lon box `[lat_min, lat_max, lon_min, lon_max]` (a lon box may cross 0 E: lon_min > lon_max)."""
+    if region is None:
+        return np.arange(lat.size), np.arange(lon.size)
+    if len(region) != 4:
+        raise ValueError(f"region must be [lat_min, lat_max, lon_min, lon_max], got {region}")
+    la0, la1, lo0, lo1 = region
+    ilat = np.flatnonzero((lat >= la0) & (lat <= la1))
+    lo0, lo1 = lo0 % 360.0, lo1 % 360.0
+    rel = (lon - lo0) % 360.0
+    ilon = np.flatnonzero(rel <= (lo1 - lo0) % 360.0)
+    ilon = ilon[np.argsort(rel[ilon], kind="stable")]  # eastward from lon_min, across 0 E when needed
+    return ilat, ilon
+
+
+def parse_periods(periods: list, path: Path | str = "config") -> list[tuple[np.datetime64, np.datetime64]]:
+    """Years (2000) or inclusive date ranges ('2000-01-01:2000-02-15') -> [start, end) datetime64 pairs."""
+    out = []
+    for p in periods:
+        s = str(p)
+        if ":" in s:
+            a, b = s.split(":")
+            start, end = np.datetime64(a, "ns"), np.datetime64(b, "D") + np.timedelta64(1, "D")
+        else:
+            start, end = np.datetime64(f"{int(s)}-01-01", "ns"), np.datetime64(f"{int(s) + 1}-01-01", "ns")
+        out.append((np.datetime64(start, "ns"), np.datetime64(end, "ns")))
+    return out
+
+
+def select_times(times: np.ndarray, periods: list) -> np.ndarray:
+    """Indices of `times` inside any of the periods."""
+    mask = np.zeros(times.shape, bool)
+    for a, b in parse_periods(periods):
+        mask |= (times >= a) & (times < b)
+    return np.flatnonzero(mask)
+
+
+def window_starts(times: np.ndarray, offsets_h: np.ndarray) -> np.ndarray:
+    """Indices i (into `times`) for which every time `times[i] + offsets_h` exists: gaps and split edges are skipped."""
+    t = times.astype("datetime64[ns]").astype(np.int64)
+    need = t[:, None] + (offsets_h.astype(np.int64) * 3_600_000_000_000)[None, :]
+    pos = np.searchsorted(t, need).clip(max=t.size - 1)
+    ok = (t[pos] == need).all(1)
+    return np.flatnonzero(ok)
+
+
+def offsets_index(times: np.ndarray, starts: np.ndarray, offsets_h: np.ndarray) -> np.ndarray:
+    """(n_starts, n_offsets) positions in `times` of `times[start] + offset`."""
+    t = times.astype("datetime64[ns]").astype(np.int64)
+    need = t[starts][:, None] + (offsets_h.astype(np.int64) * 3_600_000_000_000)[None, :]
+    return np.searchsorted(t, need)
+
+
+class WB2Reader:
+    """The selected channels of a store, optionally cropped to a region, read as (n, C, H, W) float32 arrays."""
+
+    def __init__(self, path: str | Path, variables: list[str], levels: list[int] | None = None,
+                 static_variables: list[str] | None = None, region: list[float] | None = None):
+        self.path = Path(path)
+        self.ds = open_wb2(self.path)
+        self.channels = parse_channels(self.ds, variables, levels, self.path)
+        self.static_names = list(static_variables or [])
+        check_statics(self.ds, self.static_names, self.path)
+        lat, lon = self.ds["latitude"].values, self.ds["longitude"].values
+        self.ilat, self.ilon = region_index(lat, lon, region)
+        if self.ilat.size < 4 or self.ilon.size < 4:
+            raise DatasetFormatError(self.path, f"the region {region} holds {self.ilat.size} x {self.ilon.size} grid "
+                                     "points", "choose a larger lat/lon box (at least 4 x 4 points)")
+        self.lat, self.lon = lat[self.ilat], lon[self.ilon]
+        self.times = self.ds["time"].values
+        # a global grid when the longitudes are evenly spaced around the whole circle (then the model wraps around)
+        dlon = np.diff(lon)
+        self.periodic = region is None and np.allclose(dlon, 360.0 / lon.size, atol=1e-3)
+        self._arrays = [self._array(c) for c in self.channels]
+
+    def _array(self, c: Channel):
+        da = self.ds[c.variable]
+        if c.level is not None:
+            da = da.sel(level=c.level)
+        return da.transpose("time", "latitude", "longitude").isel(latitude=self.ilat, longitude=self.ilon)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [c.name for c in self.channels]
+
+    def read(self, time_idx: np.ndarray) -> np.ndarray:
+        """(len(time_idx), C, H, W) float32; NaN raises `DatasetFormatError` naming the variable and time."""
+        uniq, inv = np.unique(np.asarray(time_idx), return_inverse=True)
+        out = np.empty((uniq.size, len(self.channels), self.ilat.size, self.ilon.size), np.float32)
+        for k, da in enumerate(self._arrays):
+            out[:, k] = da.isel(time=uniq).values
+        bad = ~np.isfinite(out)
+        if bad.any():
+            i, k = np.argwhere(bad)[0][:2]
+            raise DatasetFormatError(self.path, f"NaN/inf in {self.channels[k].name} at {self.times[uniq[i]]}",
+                                     "fill or drop the missing values (or exclude those dates from the periods)")
+        return out[inv]
+
+    def read_static(self) -> np.ndarray:
+        """(S, H, W) float32 static fields, each standardised to zero mean and unit variance."""
+        if not self.static_names:
+            return np.zeros((0, self.ilat.size, self.ilon.size), np.float32)
+        fields = []
+        for name in self.static_names:
+            a = self.ds[name].transpose("latitude", "longitude").values[self.ilat][:, self.ilon].astype(np.float32)
+            if not np.isfinite(a).all():
+                raise DatasetFormatError(self.path, f"NaN in static variable {name}", "fill the missing values")
+            fields.append((a - a.mean()) / (a.std() + 1e-6))
+        return np.stack(fields)
+
+    def time_step_hours(self) -> float:
+        if self.times.size < 2:
+            raise DatasetFormatError(self.path, f"holds {self.times.size} time step(s)",
+                                     "use a store with enough time steps for history + lead times")
+        return float(np.median(np.diff(self.times)).astype("timedelta64[s]").astype(np.int64)) / 3600.0
+
+
+def harmonic_basis(times: np.ndarray, n_harmonics: int) -> np.ndarray:
+    """(n, 2K+1) design matrix [1, cos(2 pi k doy), sin(2 pi k doy)] of the annual cycle."""
+    t = times.astype("datetime64[s]")
+    year_start = t.astype("datetime64[Y]")
+    doy = (t - year_start).astype(np.int64) / 86400.0 / 365.25
+    cols = [np.ones_like(doy)]
+    for k in range(1, n_harmonics + 1):
+        cols += [np.cos(2 * np.pi * k * doy), np.sin(2 * np.pi * k * doy)]
+    return np.stack(cols, 1)
+
+
+def hour_of_day(times: np.ndarray) -> np.ndarray:
+    t = times.astype("datetime64[s]")
+    return ((t - t.astype("datetime64[D]")).astype(np.int64) // 3600).astype(np.int64)
+
+
+def compute_stats(reader: WB2Reader, idx: np.ndarray, step: int, n_harmonics: int = 3, block: int = 256) -> dict:
+    """Streaming statistics over the training time indices `idx` (one pass, `block` steps at a time).
+
+    mean/std per channel; std of the `step`-ahead difference (the 6-h tendency) per channel; and the climatology for
+    ACC: per hour of day, a least-squares fit of the annual cycle (mean + `n_harmonics` harmonics) per grid point.
+    """
+    C, H, W = len(reader.channels), reader.ilat.size, reader.ilon.size
+    span_days = (reader.times[idx[-1]] - reader.times[idx[0]]) / np.timedelta64(1, "D")
+    if span_days < 300:  # an annual cycle cannot be fitted from less than a year: the climatology is the mean
+        n_harmonics = 0
+    hods = np.unique(hour_of_day(reader.times[idx]))
+    K = 2 * n_harmonics + 1
+    s1 = np.zeros(C)
+    s2 = np.zeros(C)
+    d2 = np.zeros(C)
+    nd = 0
+    ata = np.zeros((hods.size, K, K))
+    atx = np.zeros((hods.size, K, C * H * W))
+    tset = set(idx.tolist())
+    for b in range(0, idx.size, block):
+        ib = idx[b:b + block]
+        x = reader.read(ib).astype(np.float64)
+        s1 += x.sum((0, 2, 3))
+        s2 += (x**2).sum((0, 2, 3))
+        nxt = np.array([i + step in tset for i in ib])
+        if nxt.any():
+            y = reader.read(ib[nxt] + step).astype(np.float64)
+            d2 += ((y - x[nxt]) ** 2).sum((0, 2, 3))
+            nd += int(nxt.sum())
+        A = harmonic_basis(reader.times[ib], n_harmonics)
+        h = np.searchsorted(hods, hour_of_day(reader.times[ib]))
+        flat = x.reshape(len(ib), -1)
+        for j in range(hods.size):
+            sel = h == j
+            ata[j] += A[sel].T @ A[sel]
+            atx[j] += A[sel].T @ flat[sel]
+    n = idx.size * H * W
+    mean = s1 / n
+    std = np.sqrt(np.maximum(s2 / n - mean**2, 1e-12))
+    diff_std = np.sqrt(d2 / max(nd * H * W, 1)) if nd else std.copy()
+    coef = np.stack([np.linalg.lstsq(ata[j] + 1e-9 * np.eye(K), atx[j], rcond=None)[0] for j in range(hods.size)])
+    return {"mean": mean.astype(np.float32), "std": std.astype(np.float32),
+            "diff_std": np.maximum(diff_std, 1e-6 * std).astype(np.float32),
+            "clim_coef": coef.reshape(hods.size, K, C, H, W).astype(np.float32), "clim_hours": hods,
+            "n_harmonics": np.array(n_harmonics)}
+
+
+def climatology(stats: dict, times: np.ndarray) -> np.ndarray:
+    """(n, C, H, W) climatology at `times`, in physical units (nearest fitted hour of day)."""
+    A = harmonic_basis(times, int(stats["n_harmonics"]))
+    hods = stats["clim_hours"]
+    h = hour_of_day(times)
+    j = np.abs(h[:, None] - hods[None, :]).argmin(1)
+    coef = stats["clim_coef"]  # (nh, K, C, H, W)
+    return np.einsum("nk,nkchw->nchw", A, coef[j]).astype(np.float32)
+
+
+def stats_cache_key(reader: WB2Reader, periods: list, step: int, n_harmonics: int) -> str:
+    p = reader.path.resolve()
+    stamp = max((f.stat().st_mtime for f in [p, *p.glob("*")]), default=0.0)
+    key = json.dumps([str(p), stamp, reader.channel_names, reader.lat.tolist()[:2], reader.lat.size,
+                      reader.lon.tolist()[:2], reader.lon.size, [str(x) for x in periods], step, n_harmonics])
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def cached_stats(reader: WB2Reader, idx: np.ndarray, periods: list, step: int, cache_dir: Path,
+                 n_harmonics: int = 3) -> dict:
+    """`compute_stats` on the training times, cached as npz in `cache_dir` (keyed by store, channels, grid, periods)."""
+    cache_dir = Path(cache_dir)
+    f = cache_dir / f"storm-stats-{stats_cache_key(reader, periods, step, n_harmonics)}.npz"
+    if f.exists():
+        with np.load(f) as z:
+            return {k: z[k] for k in z.files}
+    stats = compute_stats(reader, idx, step, n_harmonics)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp.npz")
+    np.savez(tmp, **stats)
+    tmp.replace(f)
+    return stats

@@ -1,0 +1,40 @@
+"""The tiny twin through the CLI (generating its planet in the WB2 layout), and the real config parsed."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from lit_iclr.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_twin_fits_through_the_cli(tmp_path):
+    main(["fit", "--config", str(ROOT / "tests/configs/storm.yaml"), "--trainer.default_root_dir", str(tmp_path),
+          "--data.init_args.data_dir", str(tmp_path / "data")])
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    train = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    val = [r for r in rows if r.get("val/rmse_norm_6h/model")]
+    assert train and all(0 < v < 10 for v in train)
+    assert val and 0 < float(val[-1]["val/rmse_norm_6h/model"]) < 5
+    assert 0 < float(val[-1]["val/rmse/geopotential_500/24h"]) < 5000  # physical units (m^2/s^2)
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert list((tmp_path / "figures").glob("val_forecast*.png"))
+    # the generated default is a WB2 Zarr store read back by the reader
+    (store,) = (tmp_path / "data").glob("storm-planet-v1*/*.zarr")
+    ds = xr.open_zarr(store)
+    assert {"geopotential", "temperature", "2m_temperature", "land_sea_mask"} <= set(ds.data_vars)
+    assert ds["geopotential"].dims == ("time", "level", "latitude", "longitude") and ds.sizes["time"] == 160
+    assert list((tmp_path / "data" / "cache").glob("storm-stats-*.npz"))
+
+
+def test_real_config_parses(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--config", str(ROOT / "configs/storm.yaml"), "--print_config"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "lit_iclr.storm.STORM" in out and "WB2WeatherData" in out and "consistency_weight" in out
+    assert "num_channels" not in out  # linked from the data, never written in YAML
