@@ -76,7 +76,7 @@ class ExpertMerger(nn.Module):
     optional curvature operator (owned by the layer too and passed in as a callable).
     """
 
-    def __init__(self, mode: str, num_experts: int, gamma: float = 1.0, beta_abs: float = 0.0, beta_phase: float = 0.0,
+    def __init__(self, mode: str, num_experts: int, gamma: float = 0.5, beta_abs: float = 0.0, beta_phase: float = 0.0,
                  alpha_mode: str = "product", mask: str = "none", dare_p: float = 0.1, nash_every: int = 1,
                  nash_iters: int = 25):
         """
@@ -108,10 +108,6 @@ class ExpertMerger(nn.Module):
         self.register_buffer("nash_calls", torch.zeros((), dtype=torch.long))
         self.last_alpha: Tensor | None = None      # diagnostics of the last forward (detached): alpha and ||tau_i||
         self.last_tau_norm: Tensor | None = None
-
-    @property
-    def uses_base(self) -> bool:
-        return self.mode != "smear"
 
     @property
     def propagates(self) -> bool:

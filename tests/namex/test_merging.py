@@ -214,3 +214,31 @@ def test_gamma_one_cancels_the_base_which_is_why_the_default_is_below_one():
     ref = torch.stack([ffn(x[b], s[b] @ m.bank[1:]) for b in range(3)])
     torch.testing.assert_close(m(x), ref)
     assert MergeOptions().gamma < 1.0
+
+
+def test_alpha_mode_propagation_uses_nash_weights_for_the_base_and_router_for_the_layer():
+    (n1, n2), _ = two_layers("namex", beta_abs=0.0, gamma=0.6, alpha_mode="propagation")
+    h = x + n1(x)
+    out = n2(h)
+    base1 = n1.bank[0]
+    a1 = nash_alpha_ref(n1.bank[1:], base1)
+    base2 = base1 + 0.6 * a1 @ (n1.bank[1:] - base1)        # input-independent propagation with alpha alone
+    s2 = gates_of(n2, h)
+    for b in range(3):
+        torch.testing.assert_close(out[b], ffn(h[b], base2 + 0.6 * s2[b] @ (n2.bank[1:] - base2)))
+
+
+def test_layer_with_curvature_and_ties_mask_by_hand():
+    m = layer("camex", gamma=0.6, curvature_rank=1, mask="ties")
+    plain = layer("camex", gamma=0.6, mask="ties")
+    torch.testing.assert_close(m(x), plain(x))  # curvature starts at the identity
+    with torch.no_grad():
+        for f in m.curvature.factors:
+            f.add_(0.1 * torch.randn_like(f))
+    s = gates_of(m, x)
+    base, experts = m.bank[0], m.bank[1:]
+    tau = m.curvature((experts - base).unsqueeze(0))[0]            # M_i (E_i - E_base), checked above as a Kronecker
+    tau = tau * (torch.sign(tau) == torch.sign(tau.sum(0))).to(tau.dtype)
+    ref = torch.stack([ffn(x[b], base + 0.6 * s[b] @ tau) for b in range(3)])
+    torch.testing.assert_close(m(x), ref)
+    assert not torch.allclose(m(x), plain(x))
