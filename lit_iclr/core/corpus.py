@@ -31,7 +31,8 @@ API (`CorpusDataModule`)
   and categories sit in real pretraining text). Batches `{"input_ids": [B, C, T], "attention_mask": [B, C, T],
   "choice_mask": [B, C, T], "topic": [B]}`.
 - `documents(split) -> list[Document]`, `tokenizer` (a `tokenizers.Tokenizer`), `vocab_size` (linked to the model's
-  `vocab_size` argument), `eos_id`, `pad_id`.
+  `vocab_size` argument), `eos_id`, `pad_id` (0 and 1 for our BPE; a checkpoint's own ids with `tokenizer=`).
+- `tokenizer=<checkpoint folder>`: tokenise with a pretrained model's `tokenizer.json` instead of training a BPE.
 - Readers: `wikipedia_documents()`, `bible_documents()`, `read_jsonl_documents(path)`, `read_raw_text(path)` (WikiText).
 """
 from __future__ import annotations
@@ -193,16 +194,31 @@ def render_lm(doc: Document, topic_in_text: bool = True) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------ cache build
-def build_cache(splits: dict[str, list[Document]], out_dir: Path, vocab_size: int, topic_in_text: bool) -> None:
-    """Train the BPE on the train split and write the cache files (see the module docstring) into `out_dir`."""
+def special_ids(tok) -> tuple[int, int]:
+    """(EOS, PAD) ids of a tokenizer: ours (0, 1), or a checkpoint's end-of-text token (PAD = EOS when it has none)."""
+    vocab = tok.get_vocab()
+    eos = next((vocab[t] for t in ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
+                if t in vocab), 0)
+    pad = next((vocab[t] for t in ("<|pad|>", "<pad>", "[PAD]") if t in vocab), eos)
+    return eos, pad
+
+
+def build_cache(splits: dict[str, list[Document]], out_dir: Path, vocab_size: int, topic_in_text: bool,
+                tokenizer: str | Path | None = None) -> None:
+    """Train the BPE on the train split (or use `tokenizer`) and write the cache files (module docstring) to `out_dir`."""
     train = splits.get("train") or []
     if not train:
         raise DatasetFormatError(out_dir, "the train split has no documents", "give the corpus a train split")
-    tok = train_bpe((render_lm(d, topic_in_text) for d in train), vocab_size=vocab_size)
-    if tok.get_vocab_size() != vocab_size:
-        raise DatasetFormatError(out_dir, f"BPE reached only {tok.get_vocab_size()} of {vocab_size} tokens",
-                                 "lower vocab_size or add text")
+    if tokenizer is not None:
+        tok = load_tokenizer(tokenizer)
+        vocab_size = tok.get_vocab_size()
+    else:
+        tok = train_bpe((render_lm(d, topic_in_text) for d in train), vocab_size=vocab_size)
+        if tok.get_vocab_size() != vocab_size:
+            raise DatasetFormatError(out_dir, f"BPE reached only {tok.get_vocab_size()} of {vocab_size} tokens",
+                                     "lower vocab_size or add text")
     tok.save(str(out_dir / "tokenizer.json"))
+    eos_id, pad_id = special_ids(tok)
     dtype = np.uint16 if vocab_size <= 65535 else np.int32
     topics = sorted({d.topic for docs in splits.values() for d in docs if d.topic})
     for split, docs in splits.items():
@@ -210,14 +226,14 @@ def build_cache(splits: dict[str, list[Document]], out_dir: Path, vocab_size: in
         lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)  # +1: the EOS that opens each document
         ends = np.cumsum(lengths)
         offsets = np.stack([ends - lengths, ends], axis=1) if len(docs) else np.zeros((0, 2), np.int64)
-        stream = np.fromiter((t for x in ids for t in (EOS_ID, *x)), dtype=dtype, count=int(lengths.sum()))
+        stream = np.fromiter((t for x in ids for t in (eos_id, *x)), dtype=dtype, count=int(lengths.sum()))
         np.save(out_dir / f"tokens_{split}.npy", stream)
         np.save(out_dir / f"doc_offsets_{split}.npy", offsets)
         with (out_dir / f"docs_{split}.jsonl").open("w", encoding="utf-8") as f:
             for d in docs:
                 f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
     (out_dir / "topics.json").write_text(json.dumps(topics, indent=1))
-    meta = {"vocab_size": vocab_size, "topic_in_text": topic_in_text,
+    meta = {"vocab_size": vocab_size, "topic_in_text": topic_in_text, "eos_id": eos_id, "pad_id": pad_id,
             "documents": {s: len(d) for s, d in splits.items()},
             "tokens": {s: int(np.load(out_dir / f"tokens_{s}.npy", mmap_mode="r").shape[0]) for s in splits}}
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -270,8 +286,8 @@ class BlockDataset(Dataset):
         return {"input_ids": x, "labels": x, "attention_mask": torch.ones_like(x)}
 
 
-def _pad(seqs: list[list[int]], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.full((len(seqs), length), PAD_ID, dtype=torch.long)
+def _pad(seqs: list[list[int]], length: int, pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), length), dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
@@ -282,8 +298,9 @@ def _pad(seqs: list[list[int]], length: int) -> tuple[torch.Tensor, torch.Tensor
 class TopicDataset(Dataset):
     """Documents (EOS + title + text, truncated to `seq_len`) with their topic label."""
 
-    def __init__(self, ids: list[list[int]], labels: list[int], seq_len: int):
-        self.ids, self.mask = _pad([[EOS_ID, *x][:seq_len] for x in ids], seq_len)
+    def __init__(self, ids: list[list[int]], labels: list[int], seq_len: int, eos_id: int = EOS_ID,
+                 pad_id: int = PAD_ID):
+        self.ids, self.mask = _pad([[eos_id, *x][:seq_len] for x in ids], seq_len, pad_id)
         self.labels = torch.tensor(labels, dtype=torch.long)
 
     def __len__(self) -> int:
@@ -300,18 +317,18 @@ class TopicChoiceDataset(Dataset):
     """
 
     def __init__(self, body_ids: list[list[int]], labels: list[int], cue: list[int], names: list[list[int]],
-                 seq_len: int):
+                 seq_len: int, eos_id: int = EOS_ID, pad_id: int = PAD_ID):
         c, longest = len(names), max(len(n) for n in names)
         keep = seq_len - 1 - len(cue) - longest
         if keep < 8:
             raise ValueError(f"seq_len={seq_len} leaves no room for a document before the topic names")
         n = len(body_ids)
-        self.ids = torch.full((n, c, seq_len), PAD_ID, dtype=torch.long)
+        self.ids = torch.full((n, c, seq_len), pad_id, dtype=torch.long)
         self.mask = torch.zeros((n, c, seq_len), dtype=torch.long)
         self.choice = torch.zeros((n, c, seq_len), dtype=torch.long)
         for i, body in enumerate(body_ids):
             # A long document keeps its *end*, so the cue follows the document's last words as in the LM stream.
-            prefix = [EOS_ID, *body, *cue] if len(body) <= keep else [*body[-keep:], *cue]
+            prefix = [eos_id, *body, *cue] if len(body) <= keep else [*body[-keep:], *cue]
             for j, name in enumerate(names):
                 seq = prefix + name
                 self.ids[i, j, : len(seq)] = torch.tensor(seq)
@@ -358,7 +375,7 @@ class CorpusDataModule(BaseDataModule):
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
                  seq_len: int = 128, vocab_size: int = 4096, sources: list[str] | None = None,
                  topic_in_text: bool = True, max_eval_blocks: int | None = None, topic_docs_per_class: int = 20,
-                 seed: int = 0):
+                 tokenizer: str | None = None, seed: int = 0):
         """
         Args:
             root: Folder of your own corpus ({train,validation,test}.jsonl or wiki.{train,valid,test}.raw); null uses
@@ -373,11 +390,14 @@ class CorpusDataModule(BaseDataModule):
                 scoring relies on); false gives plain "title\\ntext".
             max_eval_blocks: Cap on validation/test LM sequences (null: all).
             topic_docs_per_class: Documents per topic in the zero-shot topic evaluation (null or 0: all).
+            tokenizer: A `tokenizer.json` (or a Hugging Face checkpoint folder holding one) to use instead of training a
+                BPE, e.g. to fine-tune a pretrained model; `vocab_size` then comes from it.
             seed: Shuffle seed of the training loader.
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         self.seq_len = seq_len
-        self.vocab_size = vocab_size
+        self.tokenizer_path = tokenizer
+        self.vocab_size = load_tokenizer(tokenizer).get_vocab_size() if tokenizer else vocab_size
         self.sources = list(sources) if sources else ["wikipedia"]
         unknown = set(self.sources) - {"wikipedia", "bible"}
         if unknown:
@@ -399,7 +419,14 @@ class CorpusDataModule(BaseDataModule):
             tag += f"-root{key}"
         else:
             tag += "-" + "+".join(sorted(self.sources))
-        tag += f"-bpe{self.vocab_size}" + ("" if self.topic_in_text else "-notopic")
+        if self.tokenizer_path:
+            key = hashlib.sha1(Path(self.tokenizer_path).expanduser().read_bytes()
+                               if Path(self.tokenizer_path).is_file() else
+                               (Path(self.tokenizer_path).expanduser() / "tokenizer.json").read_bytes()).hexdigest()[:10]
+            tag += f"-tok{key}"
+        else:
+            tag += f"-bpe{self.vocab_size}"
+        tag += "" if self.topic_in_text else "-notopic"
         return Path(self.data_dir) / tag
 
     def prepare_data(self) -> None:
@@ -418,7 +445,7 @@ class CorpusDataModule(BaseDataModule):
             if "bible" in self.sources:
                 docs += bible_documents()
             splits = split_documents(docs)
-        build_cache(splits, out_dir, self.vocab_size, self.topic_in_text)
+        build_cache(splits, out_dir, self.vocab_size, self.topic_in_text, self.tokenizer_path)
 
     def describe(self) -> str:
         meta = json.loads((self.path / "meta.json").read_text())
@@ -443,6 +470,8 @@ class CorpusDataModule(BaseDataModule):
             self.prepare_data()
         self._check()
         self._tok = load_tokenizer(self.path / "tokenizer.json")
+        meta = json.loads((self.path / "meta.json").read_text())
+        self.eos_id, self.pad_id = meta.get("eos_id", EOS_ID), meta.get("pad_id", PAD_ID)
         self._topics = json.loads((self.path / "topics.json").read_text())
         for s in SPLITS:
             self._streams[s] = np.load(self.path / f"tokens_{s}.npy", mmap_mode="r")
@@ -527,7 +556,7 @@ class CorpusDataModule(BaseDataModule):
         """Documents without their topic line, labelled by topic index (see `topic_names`)."""
         docs, labels = self._topic_docs(split, per_class)
         ids = encode_batch(self.tokenizer, [render_lm(d, topic_in_text=False) for d in docs])
-        ds = TopicDataset(ids, labels, self.seq_len)
+        ds = TopicDataset(ids, labels, self.seq_len, self.eos_id, self.pad_id)
         shuffle = split == "train" if shuffle is None else shuffle
         g = torch.Generator().manual_seed(self.seed)
         return DataLoader(ds, batch_size or self.batch_size, shuffle=shuffle, generator=g)
@@ -539,5 +568,5 @@ class CorpusDataModule(BaseDataModule):
         body = encode_batch(self.tokenizer, [render_lm(d, topic_in_text=False) for d in docs])
         cue = encode_batch(self.tokenizer, ["\nTopic:"])[0]
         names = encode_batch(self.tokenizer, [f" {t}" for t in self.topic_names])
-        ds = TopicChoiceDataset(body, labels, cue, names, self.seq_len)
+        ds = TopicChoiceDataset(body, labels, cue, names, self.seq_len, self.eos_id, self.pad_id)
         return DataLoader(ds, batch_size or max(1, self.batch_size // 4))

@@ -198,3 +198,27 @@ def test_installed_wikipedia_has_twelve_topics_and_stable_splits():
     frac = {s: splits.count(s) / len(splits) for s in ("calib", "validation", "test")}
     assert abs(frac["calib"] - 0.02) < 0.01 and abs(frac["validation"] - 0.04) < 0.01 and abs(frac["test"] - 0.04) < 0.01
     assert isinstance(docs[0], Document)
+
+
+def test_checkpoint_tokenizer_replaces_the_bpe(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    _write_root(tmp_path / "root")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    texts = [d["text"] for d in _docs(30, 5)]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=280, special_tokens=["<unk>", "</s>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    (tmp_path / "ckpt").mkdir()
+    tok.save(str(tmp_path / "ckpt" / "tokenizer.json"))
+    dm = CorpusDataModule(root=str(tmp_path / "root"), data_dir=str(tmp_path / "data"), seq_len=64,
+                          tokenizer=str(tmp_path / "ckpt"))
+    assert dm.vocab_size == tok.get_vocab_size()
+    dm.prepare_data()
+    dm.setup("fit")
+    assert (dm.eos_id, dm.pad_id) == (1, 1)
+    stream = np.load(dm.path / "tokens_train.npy")
+    first = dm.documents("train")[0]
+    assert stream[0] == 1 and list(stream[1: 6]) == tok.encode(render_lm(first)).ids[:5]
+    batch = next(iter(dm.topic_dataloader("test", shuffle=False)))
+    assert int(batch["input_ids"][0, 0]) == 1
