@@ -401,6 +401,7 @@ class D4RLData(OfflineRLData):
                  batch_size: int = 256, num_workers: int = 0, steps_per_epoch: int = 1000, eval_episodes: int = 10,
                  eval_seed: int = 10_000, seed: int = 0, reward_scale: float = 1.0, reward_shift: float = 0.0,
                  ref_min_score: float | None = None, ref_max_score: float | None = None, num_episodes: int = 400,
+                 behaviour_p_expert: float = 0.5, behaviour_noise: float = 0.3, behaviour_gain: float = 1.0,
                  generator_seed: int = 0):
         """
         Args:
@@ -418,11 +419,15 @@ class D4RLData(OfflineRLData):
             ref_min_score: Return of a random policy (D4RL's REF_MIN_SCORE); null reads the file's metadata.
             ref_max_score: Return of an expert (D4RL's REF_MAX_SCORE); null reads the file's metadata.
             num_episodes: Generated episodes.
+            behaviour_p_expert: Generated behaviour: probability of the scripted controller (else a random action).
+            behaviour_noise: Generated behaviour: std of the Gaussian noise on the controller's action.
+            behaviour_gain: Generated behaviour: scale of the controller's PD gain (below 1: sluggish, suboptimal).
             generator_seed: Seed of the generated dataset.
         """
         super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
                          reward_scale, reward_shift)
         self.env_id = env_id
+        self.behaviour = (behaviour_p_expert, behaviour_noise, behaviour_gain)
         self.ref_min_score, self.ref_max_score = ref_min_score, ref_max_score
         self.num_episodes, self.generator_seed = num_episodes, generator_seed
         self._sizes_from_env()
@@ -431,7 +436,8 @@ class D4RLData(OfflineRLData):
     def path(self) -> Path:
         if self.root is not None:
             return Path(self.root).expanduser()
-        tag = f"{self.env_id.lower()}-e{self.num_episodes}-s{self.generator_seed}"
+        p, noise, gain = self.behaviour
+        tag = f"{self.env_id.lower()}-e{self.num_episodes}-p{p:g}-n{noise:g}-g{gain:g}-s{self.generator_seed}"
         return Path(self.data_dir) / f"{self.default_name}-{tag}-v{self.default_version}"
 
     @property
@@ -448,8 +454,9 @@ class D4RLData(OfflineRLData):
     def generate_default(self, out_dir: Path) -> None:
         from .generate import generate_d4rl_mujoco
 
-        generate_d4rl_mujoco(out_dir / f"{self.env_id.lower()}-mixed.hdf5", self.env_id, self.num_episodes,
-                             seed=self.generator_seed)
+        p, noise, gain = self.behaviour
+        generate_d4rl_mujoco(out_dir / f"{self.env_id.lower()}-behaviour.hdf5", self.env_id, self.num_episodes,
+                             p_expert=p, expert_noise=noise, expert_gain=gain, seed=self.generator_seed)
 
     def read(self) -> dict[str, np.ndarray]:
         import h5py

@@ -192,12 +192,13 @@ def _episode_returns(env, policy, episodes: int, seed: int) -> float:
 
 
 def generate_d4rl_mujoco(path: str | Path, env_id: str = "Reacher-v5", num_episodes: int = 400,
-                         p_expert: float = 0.5, expert_noise: float = 0.3, seed: int = 0,
+                         p_expert: float = 0.5, expert_noise: float = 0.3, expert_gain: float = 1.0, seed: int = 0,
                          reference_episodes: int | None = None) -> Path:
     """Write a D4RL-format HDF5 of `num_episodes` episodes from a mixed behaviour policy; returns `path`.
 
-    Behaviour: at every step, with probability `p_expert` the scripted controller plus N(0, expert_noise^2) noise,
-    otherwise a uniformly random action. The same states therefore carry good and useless actions (a
+    Behaviour: at every step, with probability `p_expert` the scripted controller (its PD gain scaled by
+    `expert_gain`: below 1 a sluggish, suboptimal controller) plus N(0, expert_noise^2) noise, otherwise a uniformly
+    random action. With `p_expert=1` and a small noise the data cover a narrow band of actions (D4RL "medium"-like). The same states therefore carry good and useless actions (a
     "medium-replay"-like mixture): cloning averages them, a value-guided policy should pick and refine the good ones.
     `metadata/ref_min_score` (uniform random policy) and `metadata/ref_max_score` (the noiseless controller) are
     measured on `reference_episodes` episodes (default: min(num_episodes, 100)) and stored for the normalised score.
@@ -218,7 +219,8 @@ def generate_d4rl_mujoco(path: str | Path, env_id: str = "Reacher-v5", num_episo
         done = False
         while not done:
             if rng.random() < p_expert:
-                action = np.clip(reacher_controller(ob) + rng.normal(0, expert_noise, 2), -1, 1)
+                action = np.clip(reacher_controller(ob, kp=0.5 * expert_gain, kd=0.1) + rng.normal(0, expert_noise, 2),
+                                 -1, 1)
             else:
                 action = rng.uniform(-1, 1, 2)
             next_ob, r, terminated, truncated, _ = env.step(action)
@@ -241,5 +243,6 @@ def generate_d4rl_mujoco(path: str | Path, env_id: str = "Reacher-v5", num_episo
         f.create_dataset("metadata/env_id", data=env_id)
         f.create_dataset("metadata/ref_min_score", data=ref_min)
         f.create_dataset("metadata/ref_max_score", data=ref_max)
-        f.create_dataset("metadata/behaviour", data=f"p_expert={p_expert}, expert_noise={expert_noise}, seed={seed}")
+        f.create_dataset("metadata/behaviour", data=f"p_expert={p_expert}, expert_noise={expert_noise}, expert_gain={expert_gain}, "
+                                                   f"seed={seed}")
     return path

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +32,14 @@ from .transport import critic_score, select_best, transport
 
 def _seed(*parts: int) -> int:
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 1
+
+
+def parse_policy(name: str) -> tuple[str, int]:
+    """`L3` -> ("flow", 3) (the model's own transport), `ascent10` -> ("ascent", 10), `bc` -> ("bc", 0)."""
+    m = re.fullmatch(r"(L|ascent)(\d+)|bc", name)
+    if m is None:
+        raise ValueError(f"unknown evaluation policy {name!r}: use L<steps>, ascent<steps> or bc")
+    return ("bc", 0) if name == "bc" else ("flow" if m.group(1) == "L" else "ascent", int(m.group(2)))
 
 
 def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
@@ -184,7 +193,7 @@ class VGF(OfflineRLModule):
         self.critic = Critic(obs_dim, action_dim, critic_hidden, critic_layer_norm)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.action_grad = ActionGradient(obs_dim, action_dim, critic_hidden) if amortized else None
-        self.eval_budgets = list(eval_flow_steps)
+        self.eval_policies = [f"L{b}" for b in eval_flow_steps]
 
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
@@ -233,22 +242,35 @@ class VGF(OfflineRLModule):
 
     # --------------------------------------------------------------------------------------------- evaluation
     def eval_groups(self) -> list[str]:
-        return [f"L{b}" for b in self.eval_budgets]
+        """Acting rules evaluated side by side: `L<n>` (VGF with budget n; `L0` is best-of-N under Q), `bc` (one
+        reference sample) and `ascent<n>` (n steps of kernel-free ascent on Q); set `eval_policies` to change them."""
+        return self.eval_policies
 
     def act_groups(self, obs, groups, generator):
-        res = self.act(obs, self.eval_budgets, generator=generator)
-        actions = torch.empty(obs.shape[0], self.hparams.action_dim, device=obs.device)
-        q = torch.empty(obs.shape[0], device=obs.device)
-        for g, b in enumerate(self.eval_budgets):
-            sel = torch.as_tensor(groups == g, device=obs.device)
-            actions[sel], q[sel] = res[b][0][sel], res[b][1][sel]
+        actions = obs.new_empty(obs.shape[0], self.hparams.action_dim)
+        q = obs.new_empty(obs.shape[0])
+        kinds: dict[str, list[tuple[int, int]]] = {}
+        for g, name in enumerate(self.eval_policies):
+            kind, budget = parse_policy(name)
+            kinds.setdefault(kind, []).append((g, budget))
+        for kind, members in kinds.items():
+            rows = np.isin(groups, [g for g, _ in members])
+            if not rows.any():
+                continue
+            idx = torch.as_tensor(np.flatnonzero(rows), device=obs.device)
+            mode = None if kind == "flow" else kind
+            res = self.act(obs[idx], [b for _, b in members], mode=mode, generator=generator)
+            for g, b in members:
+                sel = torch.as_tensor(groups[rows] == g, device=obs.device)
+                actions[idx[sel]], q[idx[sel]] = res[b][0][sel], res[b][1][sel]
         return actions, q
 
     # ----------------------------------------------------------------------------------------------- training
     def td_target(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:
         """y = r + gamma m reduce_j Qbar(s', a'_j), a'_j the reference particles moved L_train flow steps."""
         hp = self.hparams
-        obs_rep, x0 = self.reference_particles(batch["next_observations"], generator)
+        with torch.no_grad():  # the particles carry no graph: only grad_a Q is taken, inside the flow
+            obs_rep, x0 = self.reference_particles(batch["next_observations"], generator)
         x, _ = self.move(obs_rep, x0, hp.train_flow_steps)
         with torch.no_grad():
             next_q = self.target_critic.value(obs_rep, x, hp.value_q_agg)  # [B, N]

@@ -18,12 +18,12 @@ def fit(config: str, tmp_path: Path, *extra: str):
                  "--data.init_args.data_dir", str(tmp_path / "data"), *extra])
 
 
-@pytest.mark.parametrize("config", ["configs/vgf.yaml", "configs/vgf_reacher.yaml"])
+@pytest.mark.parametrize("config", ["configs/vgf.yaml", "configs/vgf_reacher.yaml", "configs/vgf_td3bc.yaml"])
 def test_real_config_parses(config, capsys):
     with pytest.raises(SystemExit) as e:
         main(["fit", "--config", str(ROOT / config), "--print_config"])
     assert e.value.code == 0
-    assert "lit_iclr.vgf.module.VGF" in capsys.readouterr().out
+    assert "lit_iclr.vgf." in capsys.readouterr().out
 
 
 def test_ogbench_twin_fits_and_evaluates_every_budget(tmp_path):
@@ -65,8 +65,8 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path):
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
     fresh = fit("tests/configs/vgf_reacher.yaml", tmp_path / "other", *base, "--model.init_args.seed", "1")
-    moved = max((a - b).abs().max().item() for a, b in zip(full.model.state_dict().values(),
-                                                          fresh.model.state_dict().values(), strict=True) if a.is_floating_point())
+    pairs = zip(full.model.state_dict().values(), fresh.model.state_dict().values(), strict=True)
+    moved = max((a - b).abs().max().item() for a, b in pairs if a.is_floating_point())
     assert moved > 1e-5  # the comparison can fail: another noise stream gives other weights
 
 
@@ -100,3 +100,20 @@ def test_acting_budget_zero_is_best_of_n_and_budgets_share_one_transport():
     x2, _ = m.move(obs_rep, x0, 2)
     q2 = m.critic.value(obs_rep, x2, m.hparams.value_q_agg)
     torch.testing.assert_close(out[2][1], q2.max(-1).values)
+
+
+def test_td3bc_baseline_twin_fits_and_reports_its_policy(tmp_path):
+    cli = fit("tests/configs/vgf_td3bc.yaml", tmp_path)
+    m = cli.trainer.callback_metrics
+    assert int(cli.model.updates) == 4 and torch.isfinite(m["val/score_pi"])
+    # the actor's target moved toward the actor only on actor steps (policy_freq = 2): 2 of 4 updates
+    assert not torch.equal(cli.model.actor.net[0].weight, cli.model.target_actor.net[0].weight)
+
+
+def test_evaluation_policy_names_parse():
+    from lit_iclr.vgf.module import parse_policy
+
+    assert parse_policy("L3") == ("flow", 3) and parse_policy("ascent10") == ("ascent", 10)
+    assert parse_policy("bc") == ("bc", 0)
+    with pytest.raises(ValueError, match="unknown evaluation policy"):
+        parse_policy("L")
