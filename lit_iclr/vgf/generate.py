@@ -198,8 +198,9 @@ def generate_d4rl_mujoco(path: str | Path, env_id: str = "Reacher-v5", num_episo
 
     Behaviour: at every step, with probability `p_expert` the scripted controller (its PD gain scaled by
     `expert_gain`: below 1 a sluggish, suboptimal controller) plus N(0, expert_noise^2) noise, otherwise a uniformly
-    random action. With `p_expert=1` and a small noise the data cover a narrow band of actions (D4RL "medium"-like). The same states therefore carry good and useless actions (a
-    "medium-replay"-like mixture): cloning averages them, a value-guided policy should pick and refine the good ones.
+    random action. The default mixture puts good and useless actions in the same states ("medium-replay"-like):
+    cloning averages them, a value-guided policy should pick and refine the good ones. With `p_expert=1` and a small
+    noise the data cover only a narrow band of actions ("medium"-like), where Q is unreliable off that band.
     `metadata/ref_min_score` (uniform random policy) and `metadata/ref_max_score` (the noiseless controller) are
     measured on `reference_episodes` episodes (default: min(num_episodes, 100)) and stored for the normalised score.
     """
@@ -243,6 +244,6 @@ def generate_d4rl_mujoco(path: str | Path, env_id: str = "Reacher-v5", num_episo
         f.create_dataset("metadata/env_id", data=env_id)
         f.create_dataset("metadata/ref_min_score", data=ref_min)
         f.create_dataset("metadata/ref_max_score", data=ref_max)
-        f.create_dataset("metadata/behaviour", data=f"p_expert={p_expert}, expert_noise={expert_noise}, expert_gain={expert_gain}, "
-                                                   f"seed={seed}")
+        behaviour = f"p_expert={p_expert}, expert_noise={expert_noise}, expert_gain={expert_gain}, seed={seed}"
+        f.create_dataset("metadata/behaviour", data=behaviour)
     return path
