@@ -18,6 +18,7 @@ HERE, ROOT = Path(__file__).resolve().parent, Path(__file__).resolve().parents[1
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import os  # noqa: E402
@@ -44,6 +45,7 @@ VARIANTS = {
     "namex (complex momentum)": MergeOptions(mode="namex", **BETA),
 }
 FIG = ROOT / "seeds" / "figures"
+OUT = ROOT / "benchmarks" / "out" / "namex"  # one JSON per (task, variant, seed): runs can be split and resumed
 
 
 def schedule(opt, total: int, warmup_frac: float = 0.05):
@@ -158,13 +160,28 @@ def topic_task(variant: str, seed: int, cfg: dict) -> dict:
 TASKS = {"image": image_task, "lm": lm_task, "topic": topic_task}
 
 
+def job_file(task: str, variant: str, seed: int) -> Path:
+    return OUT / f"{task}-{variant.replace(' ', '_').replace('(', '').replace(')', '')}-seed{seed}.json"
+
+
 def run_job(job):
     torch.set_num_threads(1)
     task, variant, seed, cfg = job
     t0 = time.perf_counter()
     out = TASKS[task](variant, seed, cfg)
     out["seconds"] = time.perf_counter() - t0
+    job_file(task, variant, seed).write_text(json.dumps({"task": task, "variant": variant, "seed": seed, **out}))
     return task, variant, seed, out
+
+
+def load_results(tasks) -> dict:
+    """Every stored job result of `tasks` (from this run and earlier ones): {task: {variant: {seed: result}}}."""
+    results: dict = {}
+    for f in sorted(OUT.glob("*.json")):
+        r = json.loads(f.read_text())
+        if r["task"] in tasks and r["variant"] in VARIANTS:
+            results.setdefault(r["task"], {}).setdefault(r["variant"], {})[r["seed"]] = r
+    return results
 
 
 # ------------------------------------------------------------------------------------------------------------- speed
@@ -219,7 +236,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny smoke run (1 seed, a few steps)")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--lm-seeds", type=int, default=3)
+    ap.add_argument("--lm-seeds", type=int, default=1)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list of variant names to run")
+    ap.add_argument("--resume", action="store_true", help="skip jobs whose result is already in benchmarks/out/namex")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tasks", default="image,lm,topic", help="comma list of image, lm, topic (speed always runs)")
     args = ap.parse_args()
@@ -229,29 +248,33 @@ def main():
         cfg.update(train_size=256, test_size=128, epochs=1, lm_steps=4, eval_blocks=8, per_class=4, topic_epochs=1)
         args.seeds = args.lm_seeds = 1
     tasks = [t for t in args.tasks.split(",") if t in TASKS]  # e.g. --tasks speed: only the timing table
-    jobs = [(t, v, s, cfg) for t in tasks for s in range(args.seeds if t != "lm" else args.lm_seeds) for v in VARIANTS]
+    variants = [v for v in args.variants.split(",") if v in VARIANTS]
+    OUT.mkdir(parents=True, exist_ok=True)
+    jobs = [(t, v, s, cfg) for t in tasks for s in range(args.seeds if t != "lm" else args.lm_seeds) for v in variants
+            if not (args.resume and job_file(t, v, s).exists())]
     if "lm" in tasks or "topic" in tasks:  # build the corpus cache once, before the workers race for it
         from lit_iclr.core.corpus import CorpusDataModule
         CorpusDataModule(data_dir=str(ROOT / "data"), seq_len=cfg["seq_len"], vocab_size=cfg["vocab"]).prepare_data()
     t0 = time.perf_counter()
-    results: dict = {}
-    with mp.get_context("spawn").Pool(max(1, min(args.workers, len(jobs)))) as pool:
-        for task, variant, seed, out in pool.imap_unordered(run_job, jobs):
-            results.setdefault(task, {}).setdefault(variant, {})[seed] = out
-            print(f"  {task:5s} {variant:26s} seed {seed}: "
-                  + ", ".join(f"{k}={v:.4f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+    if jobs:
+        with mp.get_context("spawn").Pool(max(1, min(args.workers, len(jobs)))) as pool:
+            for task, variant, seed, out in pool.imap_unordered(run_job, jobs):
+                print(f"  {task:5s} {variant:26s} seed {seed}: "
+                      + ", ".join(f"{k}={v:.4f}" for k, v in out.items() if isinstance(v, float)), flush=True)
     wall = time.perf_counter() - t0
+    results = load_results(args.tasks.split(","))
     speed = time_layers(3 if args.quick else 10)
 
     # ---- main table
-    print(f"\n## Accuracy / perplexity (mean ± std over seeds; wall {wall / 60:.1f} min, {args.workers} workers)\n")
+    print(f"\n## Accuracy / perplexity (mean ± std over seeds; this invocation {wall / 60:.1f} min, "
+          f"{args.workers} workers)\n")
     print("| variant | params (ViT) | clean acc % | corrupted acc % | LM test ppl | topic acc % |")
     print("|---|---|---|---|---|---|")
     for v in VARIANTS:
         img = results.get("image", {}).get(v, {})
         lm = results.get("lm", {}).get(v, {})
         top = results.get("topic", {}).get(v, {})
-        cells = [f"{next(iter(img.values()))['params']:,}" if img else "-",
+        cells = [f"{next(iter(img.values())).get('params', 0):,}" if img else "-",
                  fmt([r["acc_clean"] for r in img.values()], 100) if img else "-",
                  fmt([r["acc_corrupted"] for r in img.values()], 100) if img else "-",
                  fmt([r["ppl"] for r in lm.values()], 1, 1) if lm else "-",
@@ -266,10 +289,13 @@ def main():
     for task in ("image", "lm"):
         if task not in results:
             continue
-        res = results[task]
-        ref = res["namex (no momentum)"]
+        res = {v: {k: r for k, r in runs.items() if r.get("losses")} for v, runs in results[task].items()}
+        ref = res.get("namex (no momentum)")
+        if not ref:
+            continue
         th = float(np.mean([ema_curve(r["losses"])[len(r["losses"]) // 2] for r in ref.values()]))
-        row = [fmt([steps_to_reach(r["losses"], th) for r in res[v].values()], 1, 1) for v in VARIANTS]
+        row = [fmt([steps_to_reach(r["losses"], th) for r in res[v].values()], 1, 1) if res.get(v) else "-"
+               for v in VARIANTS]
         print(f"| {task} | {th:.3f} | " + " | ".join(row) + " |")
 
     # ---- claim (iii): Nash weights balance the experts' contributions
@@ -279,7 +305,9 @@ def main():
         print("| variant | CV Nash | CV uniform |")
         print("|---|---|---|")
         for v in ("namex (no momentum)", "namex (complex momentum)"):
-            sp = [r["spread"] for r in results["image"][v].values() if r["spread"]]
+            sp = [r["spread"] for r in results["image"].get(v, {}).values() if r.get("spread")]
+            if not sp:
+                continue
             print(f"| {v} | {fmt([s[0] for s in sp], 1, 3)} | {fmt([s[1] for s in sp], 1, 3)} |")
 
     # ---- speed
@@ -290,35 +318,42 @@ def main():
     for name, s in speed.items():
         print(f"| {name} | {s * 1e3:.1f} | {s / ref_dense:.2f} | {s / ref_smoe:.2f} |")
 
-    if "image" in results and not args.quick:
+    if not args.quick:
         plot(results, cfg)
 
 
 def plot(results, cfg):
+    """Training-loss curves of the propagating variants and per-corruption accuracy (runs that stored them)."""
     FIG.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2 if "lm" in results else 1, figsize=(9, 3.2), squeeze=False)
-    for ax, task in zip(axes[0], ("image", "lm"), strict=False):
-        for v in ("ep-camex", "namex (no momentum)", "namex (complex momentum)"):
-            curves = np.stack([ema_curve(r["losses"]) for r in results[task][v].values()])
-            ax.plot(curves.mean(0), label=v)
-        ax.set(xlabel="step", ylabel="training loss (EMA)", title=f"{task}: propagation and momentum")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(FIG / "namex_momentum.png", dpi=90)
-    plt.close(fig)
-
-    names = [k for k in next(iter(results["image"]["namex (complex momentum)"].values()))["per_corruption"]]
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    width = 0.8 / len(VARIANTS)
-    for j, v in enumerate(VARIANTS):
-        acc = np.array([[r["per_corruption"][n] for n in names] for r in results["image"][v].values()]).mean(0)
-        ax.bar(np.arange(len(names)) + j * width, acc * 100, width, label=v)
-    ax.set_xticks(np.arange(len(names)) + 0.4, names, rotation=30, fontsize=7)
-    ax.set(ylabel="accuracy %", title=f"Fashion-MNIST, zero-shot corruptions (severity {cfg['severities']})")
-    ax.legend(fontsize=6, ncol=4)
-    fig.tight_layout()
-    fig.savefig(FIG / "namex_corruptions.png", dpi=90)
-    plt.close(fig)
+    tasks = [t for t in ("image", "lm") if any(r.get("losses") for v in results.get(t, {}).values()
+                                                 for r in v.values())]
+    if tasks:
+        fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.2), squeeze=False)
+        for ax, task in zip(axes[0], tasks, strict=True):
+            for v in ("ep-camex", "namex (no momentum)", "namex (complex momentum)"):
+                runs = [r for r in results[task].get(v, {}).values() if r.get("losses")]
+                if runs:
+                    ax.plot(np.stack([ema_curve(r["losses"]) for r in runs]).mean(0), label=f"{v} (n={len(runs)})")
+            ax.set(xlabel="step", ylabel="training loss (EMA 0.9)", title=f"{task}: propagation and momentum")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(FIG / "namex_momentum.png", dpi=90)
+        plt.close(fig)
+    runs = {v: [r for r in results.get("image", {}).get(v, {}).values() if r.get("per_corruption")] for v in VARIANTS}
+    runs = {v: r for v, r in runs.items() if r}
+    if runs:
+        names = list(next(iter(runs.values()))[0]["per_corruption"])
+        fig, ax = plt.subplots(figsize=(9, 3.2))
+        width = 0.8 / len(runs)
+        for j, (v, rs) in enumerate(runs.items()):
+            acc = np.array([[r["per_corruption"][n] for n in names] for r in rs]).mean(0)
+            ax.bar(np.arange(len(names)) + j * width, acc * 100, width, label=f"{v} (n={len(rs)})")
+        ax.set_xticks(np.arange(len(names)) + 0.4, names, rotation=30, fontsize=7)
+        ax.set(ylabel="accuracy %", title=f"Fashion-MNIST, zero-shot corruptions (severity {cfg['severities']})")
+        ax.legend(fontsize=6, ncol=4)
+        fig.tight_layout()
+        fig.savefig(FIG / "namex_corruptions.png", dpi=90)
+        plt.close(fig)
 
 
 if __name__ == "__main__":
