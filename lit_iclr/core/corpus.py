@@ -26,10 +26,10 @@ API (`CorpusDataModule`)
   right-padded with PAD, each document (title + text, *without* its topic line) truncated to `seq_len`; only documents
   that have a topic. `topic_names` (12 names, index = label), `num_topics`.
 - Zero-shot topic scoring (`topic_choice_dataloader(split)` + `score_choices` / `zero_shot_topic_accuracy`): every
-  document is followed by "\\nTopic:" and each of the 12 names; the model's summed log-likelihood of the name picks the
-  class (the LM stream renders topic documents as "title\\ntext\\nTopic: name" when `topic_in_text`, the way headings
-  and categories sit in real pretraining text). Batches `{"input_ids": [B, C, T], "attention_mask": [B, C, T],
-  "choice_mask": [B, C, T], "topic": [B]}`.
+  document is scored after each of the 12 lines "Topic: <name>\\n"; the topic under which the document is most
+  likely, log p(document | topic line), is the prediction (the LM stream opens topic documents with that line when
+  `topic_in_text`, the way categories and headings sit in real pretraining text). Batches `{"input_ids": [B, C, T],
+  "attention_mask": [B, C, T], "choice_mask": [B, C, T] (the document's tokens), "topic": [B]}`.
 - `documents(split) -> list[Document]`, `tokenizer` (a `tokenizers.Tokenizer`), `vocab_size` (linked to the model's
   `vocab_size` argument), `eos_id`, `pad_id` (0 and 1 for our BPE; a checkpoint's own ids with `tokenizer=`).
 - `tokenizer=<checkpoint folder>`: tokenise with a pretrained model's `tokenizer.json` instead of training a BPE.
@@ -188,9 +188,13 @@ def split_of(title: str, source: str = "") -> str:
 
 
 def render_lm(doc: Document, topic_in_text: bool = True) -> str:
-    """The text of `doc` as it appears in the LM stream."""
+    """The text of `doc` as it appears in the LM stream ("Topic: name" first when it has a topic)."""
     body = f"{doc.title}\n{doc.text}" if doc.title else doc.text
-    return f"{body}\nTopic: {doc.topic}" if (topic_in_text and doc.topic) else body
+    return f"{topic_line(doc.topic)}{body}" if (topic_in_text and doc.topic) else body
+
+
+def topic_line(name: str) -> str:
+    return f"Topic: {name}\n"
 
 
 # ------------------------------------------------------------------------------------------------------ cache build
@@ -311,26 +315,27 @@ class TopicDataset(Dataset):
 
 
 class TopicChoiceDataset(Dataset):
-    """Each document followed by "\\nTopic:" and each candidate name; `choice_mask` marks the name's tokens.
+    """Each document after each candidate's line "Topic: <name>\\n"; `choice_mask` marks the document's tokens.
 
-    A document longer than fits keeps its last tokens (no opening EOS), so the cue follows the document's end.
+    The score of a candidate is log p(document | "Topic: <name>"): the whole document is evidence, and all candidates
+    score the same tokens (documents are cut to the length the longest topic line leaves).
     """
 
-    def __init__(self, body_ids: list[list[int]], labels: list[int], cue: list[int], names: list[list[int]],
-                 seq_len: int, eos_id: int = EOS_ID, pad_id: int = PAD_ID):
+    def __init__(self, body_ids: list[list[int]], labels: list[int], names: list[list[int]], seq_len: int,
+                 eos_id: int = EOS_ID, pad_id: int = PAD_ID):
         c, longest = len(names), max(len(n) for n in names)
-        keep = seq_len - 1 - len(cue) - longest
+        keep = seq_len - 1 - longest
         if keep < 8:
-            raise ValueError(f"seq_len={seq_len} leaves no room for a document before the topic names")
+            raise ValueError(f"seq_len={seq_len} leaves no room for a document after the topic line")
         n = len(body_ids)
         self.ids = torch.full((n, c, seq_len), pad_id, dtype=torch.long)
         self.mask = torch.zeros((n, c, seq_len), dtype=torch.long)
         self.choice = torch.zeros((n, c, seq_len), dtype=torch.long)
         for i, body in enumerate(body_ids):
-            # A long document keeps its *end*, so the cue follows the document's last words as in the LM stream.
-            prefix = [eos_id, *body, *cue] if len(body) <= keep else [*body[-keep:], *cue]
+            body = body[:keep]
             for j, name in enumerate(names):
-                seq = prefix + name
+                prefix = [eos_id, *name]
+                seq = prefix + body
                 self.ids[i, j, : len(seq)] = torch.tensor(seq)
                 self.mask[i, j, : len(seq)] = 1
                 self.choice[i, j, len(prefix): len(seq)] = 1
@@ -355,7 +360,7 @@ def score_choices(logits_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
 
 @torch.no_grad()
 def zero_shot_topic_accuracy(logits_fn, loader) -> float:
-    """Fraction of documents whose most likely topic name (summed log-likelihood) is the true one."""
+    """Fraction of documents whose likelihood is highest under their true topic line (a generative classifier)."""
     hits = total = 0
     for batch in loader:
         pred = score_choices(logits_fn, batch).argmax(-1)
@@ -369,7 +374,7 @@ class CorpusDataModule(BaseDataModule):
     """English text (offline Wikipedia leads, optionally the KJV Bible, or your corpus) as LM and topic batches."""
 
     default_name = "corpus"
-    default_version = 1
+    default_version = 2  # v2: the topic line opens the document
     model_links = {"vocab_size": "vocab_size"}
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
@@ -386,7 +391,7 @@ class CorpusDataModule(BaseDataModule):
             seq_len: Tokens per LM sequence (and the truncation length of classification documents).
             vocab_size: Size of the byte-level BPE trained on the train split (passed to the model).
             sources: Installed corpora to use when root is null: "wikipedia" (12 topics) and/or "bible".
-            topic_in_text: Render topic documents as "title\\ntext\\nTopic: name" in the LM stream (what zero-shot topic
+            topic_in_text: Open topic documents with "Topic: <name>\\n" in the LM stream (what zero-shot topic
                 scoring relies on); false gives plain "title\\ntext".
             max_eval_blocks: Cap on validation/test LM sequences (null: all).
             topic_docs_per_class: Documents per topic in the zero-shot topic evaluation (null or 0: all).
@@ -566,7 +571,6 @@ class CorpusDataModule(BaseDataModule):
         per_class = self.topic_docs_per_class if per_class == -1 else per_class
         docs, labels = self._topic_docs(split, per_class)
         body = encode_batch(self.tokenizer, [render_lm(d, topic_in_text=False) for d in docs])
-        cue = encode_batch(self.tokenizer, ["\nTopic:"])[0]
-        names = encode_batch(self.tokenizer, [f" {t}" for t in self.topic_names])
-        ds = TopicChoiceDataset(body, labels, cue, names, self.seq_len, self.eos_id, self.pad_id)
+        names = encode_batch(self.tokenizer, [topic_line(t) for t in self.topic_names])
+        ds = TopicChoiceDataset(body, labels, names, self.seq_len, self.eos_id, self.pad_id)
         return DataLoader(ds, batch_size or max(1, self.batch_size // 4))

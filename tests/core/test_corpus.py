@@ -140,11 +140,13 @@ def test_choice_scoring_equals_explicit_loop(small_dm):
     batch = next(iter(dm.topic_choice_dataloader("test", batch_size=2)))
     b, c, t = batch["input_ids"].shape
     assert c == 3
-    for j, name in enumerate(TOPICS):  # the marked tokens are exactly " <name>", after "...\nTopic:"
+    docs = dm.documents("test")
+    for j, name in enumerate(TOPICS):  # "Topic: <name>\n" then the document, whose tokens are the scored ones
         ids, m = batch["input_ids"][0, j], batch["choice_mask"][0, j].bool()
-        assert dm.tokenizer.decode(ids[m].tolist()) == f" {name}"
         first = int(m.nonzero()[0])
-        assert dm.tokenizer.decode(ids[:first].tolist()).endswith("\nTopic:")
+        assert ids[0] == EOS_ID and dm.tokenizer.decode(ids[1:first].tolist()) == f"Topic: {name}\n"
+        assert render_lm(docs[0], topic_in_text=False).startswith(dm.tokenizer.decode(ids[m].tolist()))
+    assert len({int(batch["choice_mask"][0, j].sum()) for j in range(c)}) == 1  # same tokens scored for every topic
     table = torch.randn(300, 300, generator=torch.Generator().manual_seed(0))  # a random bigram "model"
 
     def logits_fn(ids, mask):
@@ -159,16 +161,16 @@ def test_choice_scoring_equals_explicit_loop(small_dm):
 
     loader = dm.topic_choice_dataloader("test", batch_size=4)
     assert 0.0 <= zero_shot_topic_accuracy(logits_fn, loader) <= 1.0
-    # an "LM" that prefers the name matching the document's majority keywords classifies perfectly
-    kw = {name: {dm.tokenizer.encode(f" {w}").ids[0] for w in WORDS[name].split()} for name in TOPICS}
-    name_ids = [dm.tokenizer.encode(f" {n}").ids for n in TOPICS]
-    assert all(set(a) - set(b) for a in name_ids for b in name_ids if a != b)
+    # an "LM" that expects the named topic's keywords after a topic line classifies perfectly
+    kw = {name: [dm.tokenizer.encode(f" {w}").ids[0] for w in WORDS[name].split()] for name in TOPICS}
+    name_ids = {name: set(dm.tokenizer.encode(f"Topic: {name}\n").ids) for name in TOPICS}
 
     def keyword_lm(ids, mask):
         out = torch.zeros((*ids.shape, 300))
         for r in range(ids.shape[0]):
-            counts = [sum(int(x) in kw[n] for x in ids[r]) for n in TOPICS]
-            out[r, :, name_ids[int(np.argmax(counts))]] = 20.0
+            head = set(ids[r, :12].tolist())
+            named = max(TOPICS, key=lambda n: len(name_ids[n] & head) - len(name_ids[n]) * 1e-3)
+            out[r, :, kw[named]] = 5.0
         return out
 
     assert zero_shot_topic_accuracy(keyword_lm, loader) == 1.0
