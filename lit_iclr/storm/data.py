@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core.data import BaseDataModule
-from lit_iclr.core.errors import ConfigError, DatasetFormatError
+from lit_iclr.core.errors import ConfigError, DatasetFormatError, LitIclrError
 from lit_iclr.core.loader import ResumableDataLoader
 
 from . import wb2
@@ -132,8 +132,14 @@ class WB2WeatherData(BaseDataModule):
         return base
 
     def _init_grid(self) -> None:
+        self._init_error = None
+        r = None
         if self.root is not None or self.path.exists():
-            r = wb2.WB2Reader(self.path, self.variables, self.levels, self.static_variables, self.region)
+            try:
+                r = wb2.WB2Reader(self.path, self.variables, self.levels, self.static_variables, self.region)
+            except LitIclrError as e:  # raised again by prepare_data/setup, where the CLI reports it in one line
+                self._init_error = e
+        if r is not None:
             names, lat, lon, periodic = r.channel_names, r.lat, r.lon, r.periodic
         else:
             from .planet import output_grid
@@ -155,6 +161,11 @@ class WB2WeatherData(BaseDataModule):
         self.longitudes = [float(v) for v in lon]
         self.periodic = bool(periodic)
 
+    def prepare_data(self) -> None:
+        if self._init_error is not None:
+            raise self._init_error
+        super().prepare_data()
+
     def generate_default(self, out_dir: Path) -> None:
         from .planet import generate
 
@@ -171,6 +182,8 @@ class WB2WeatherData(BaseDataModule):
     def setup(self, stage: str | None = None) -> None:
         if getattr(self, "_ready", False):
             return
+        if self._init_error is not None:
+            raise self._init_error
         r = wb2.WB2Reader(self.path, self.variables, self.levels, self.static_variables, self.region)
         if r.channel_names != self.channel_names or r.lat.size != len(self.latitudes) or r.lon.size != len(self.longitudes):
             raise DatasetFormatError(self.path, f"grid {r.lat.size} x {r.lon.size} / channels {r.channel_names} differ "

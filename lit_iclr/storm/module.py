@@ -80,8 +80,9 @@ class STORM(BaseModule):
     # ---------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is not None and hasattr(dm, "setup") and stage == "fit":
+        if dm is not None and hasattr(dm, "setup"):
             dm.setup(stage)
+            # a checkpoint restored after this overwrites them with the values it was trained with
             if hasattr(dm, "stats") and self.global_step == 0:
                 self.norm_mean.copy_(torch.as_tensor(dm.stats["mean"]))
                 self.norm_std.copy_(torch.as_tensor(dm.stats["std"]))
@@ -195,9 +196,11 @@ class STORM(BaseModule):
         self._scores["climatology"].update(clim, y, clim)
         # consistency of the heads at the longest lead: ||Down(y_hat^(s)) - y_hat^(s+1)|| (normalised units)
         if self.S > 1:
-            p = preds[max(leads) - 1]
-            cons = torch.stack([spatial_mse(down(p[s]), p[s + 1], down(self.w) if s == 0 else self.w.new_ones(1))
-                                .mean().sqrt() for s in range(self.S - 1)]).mean()
+            p, wl, errs = preds[max(leads) - 1], self.w, []
+            for s in range(self.S - 1):
+                wl = down(wl)
+                errs.append(spatial_mse(down(p[s]), p[s + 1], wl).mean().sqrt())
+            cons = torch.stack(errs).mean()
             self.log(f"{prefix}/consistency_rmse", cons, sync_dist=True, batch_size=y.shape[0])
         self.log(f"{prefix}/loss", spatial_mse(pred[:, 0], y[:, 0], w).mean(), sync_dist=True, prog_bar=True,
                  batch_size=y.shape[0])

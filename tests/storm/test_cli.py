@@ -38,3 +38,12 @@ def test_real_config_parses(capsys):
     out = capsys.readouterr().out
     assert "lit_iclr.storm.STORM" in out and "WB2WeatherData" in out and "consistency_weight" in out
     assert "num_channels" not in out  # linked from the data, never written in YAML
+
+
+def test_missing_level_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["prepare", "--config", str(ROOT / "tests/configs/storm.yaml"), "--data.init_args.root",
+              str(ROOT / "tests"), "--data.init_args.variables", "[temperature@700]"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "lit-iclr: error:" in err and "Traceback" not in err and "fix:" in err
