@@ -131,10 +131,16 @@ def main() -> None:
     ap.add_argument("--tasks", default="sFMNIST,ListOps", help="comma-separated subset of the tasks")
     ap.add_argument("--wide", action="store_true",
                     help="2x the states (S5 P=64, S4D N=32): a more over-parameterised state, closer to the paper's models")
+    ap.add_argument("--speed_only", action="store_true",
+                    help="no training: throughput of sliced vs. unpruned models at 30/50/70/90%% (weights do not "
+                         "change the compute, only which states go)")
     args = ap.parse_args()
     if args.wide:
         MODELS["S5"]["state_size"], MODELS["S4D"]["state_size"] = 64, 32
     torch.set_num_threads(1)  # the machine is shared; one thread also makes timings steadier
+    if args.speed_only:
+        speed_table(tasks(args.quick), args.tasks.split(","))
+        return
     results, curves = {}, {}
     for task, spec in tasks(args.quick).items():
         if task not in args.tasks.split(","):
@@ -174,6 +180,30 @@ def main() -> None:
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.figure, dpi=110)
     print_tables(results)
+
+
+def speed_table(specs: dict, names: list[str]) -> None:
+    """Throughput of sliced AIRE-pruned models against the unpruned one, for each task's shapes (untrained weights)."""
+    print("\n### Speed: sliced AIRE-pruned model vs. unpruned (forward, 256 test sequences, 1 CPU thread)\n")
+    print("| task | model | states pruned | state MACs removed | dense seq/s | pruned seq/s | speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    for task, spec in specs.items():
+        if task not in names:
+            continue
+        dm = spec["make"]()
+        dm.prepare_data()
+        dm.setup("test")
+        batch = _stack_batches(list(dm.test_dataloader())[:4])
+        for name, arch in MODELS.items():
+            torch.manual_seed(0)
+            net = AIREPruneClassifier(d_input=dm.d_input, vocab_size=dm.vocab_size, num_classes=dm.num_classes,
+                                      bidirectional=spec["bidirectional"], **arch).model.eval()
+            for ratio in (0.3, 0.5, 0.7, 0.9):
+                smaller, p = aire.prune(net, ratio, "aire")
+                dense, pruned = throughput(net, smaller, batch)
+                removed = 1 - smaller.state_macs_per_step() / net.state_macs_per_step()
+                print(f"| {task} | {name} | {100 * p.pruned_fraction:.0f}% | {100 * removed:.0f}% | {dense:.0f} | "
+                      f"{pruned:.0f} | {pruned / dense:.2f}x |", flush=True)
 
 
 def _stack_batches(batches: list[dict]) -> dict:

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import lit_iclr.core.figures  # noqa: F401  (selects the headless backend)
 
 STYLE = {"aire": ("tab:red", "o"), "last": ("tab:blue", "s"), "magnitude": ("tab:green", "^"),
-         "random": ("tab:gray", "x")}
+         "random": ("tab:gray", "x"), "aire_quirk": ("k", ".")}
 
 
 def layer_fraction_figure(prune_plan):
@@ -38,8 +38,8 @@ def accuracy_curves_figure(results: dict[str, dict[str, dict[str, list[tuple[flo
         ax.set_xlabel("states pruned (%)")
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
