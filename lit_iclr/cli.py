@@ -8,6 +8,7 @@ subcommands, and short error messages instead of tracebacks for mistakes a user 
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -92,7 +93,7 @@ class LitIclrCLI(LightningCLI):
         if ckpt_path and Path(ckpt_path).is_file():
             saved = read_checkpoint(ckpt_path).get("lit_iclr_class")
             wanted = self.config[sub]["model"]["class_path"]
-            if saved is not None and saved != wanted:
+            if saved is not None and _resolve(saved) is not _resolve(wanted):
                 raise CheckpointError(ckpt_path, f"was written by {saved}, but the config selects {wanted}",
                                       f"use `--model {saved.rsplit('.', 1)[-1]}` with that method's config, "
                                       "or a checkpoint of this model")
@@ -133,6 +134,15 @@ def _replace_run_dir(node: Any, run_dir: str) -> None:
         init = item.get("init_args") if hasattr(item, "get") else None
         if init is not None and init.get("save_dir") == "RUN_DIR":
             init["save_dir"] = run_dir
+
+
+def _resolve(path: str) -> Any:
+    """The class a dotted path names (a re-export and its defining module name the same class); None if unknown."""
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return path
 
 
 def _known_class_names(bases: tuple[type, ...] = (BaseModule, BaseDataModule)) -> list[str]:

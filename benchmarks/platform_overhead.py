@@ -1,29 +1,25 @@
 """Lightning's overhead: the same model, data and optimizer trained N steps through the platform's Trainer and through a
 plain PyTorch loop, interleaved in one run; prints a markdown table of the time ratio (target <= 1.10).
 
-    .venv/bin/python benchmarks/platform.py [--steps 300] [--repeats 5] [--width 512]
+    .venv/bin/python benchmarks/platform_overhead.py [--steps 300] [--repeats 5] [--width 512]
+
+(Not named `platform.py`: in benchmarks/ that name would shadow the standard library's `platform` module for every
+benchmark script, since a script's folder comes first on sys.path.)
 """
 from __future__ import annotations
 
-import os
-import sys
+import argparse
+import statistics
+import tempfile
+import time
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the stdlib `platform` module
-# that torch imports; drop the folder before importing anything else.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
-
-from lit_iclr.core.loggers import RunCSVLogger  # noqa: E402
-from lit_iclr.core.module import BaseModule  # noqa: E402
-from lit_iclr.core.trainer import Trainer  # noqa: E402
+from lit_iclr.core.loggers import RunCSVLogger
+from lit_iclr.core.module import BaseModule
+from lit_iclr.core.trainer import Trainer
 
 
 def make_net(width: int) -> nn.Module:
