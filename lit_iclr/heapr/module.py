@@ -32,13 +32,16 @@ from .scores import AVERAGING, check_ratio
 
 
 class HEAPrLM(BaseModule):
-    def __init__(self, vocab_size: int = 4096, arch: str = "qwen2_moe", hidden_size: int = 128, num_layers: int = 4,
+    def __init__(self, vocab_size: int = 2048, arch: str = "qwen2_moe", hidden_size: int = 128, num_layers: int = 4,
                  num_heads: int = 4, num_kv_heads: int = 2, num_experts: int = 8, top_k: int = 2,
                  expert_width: int = 64, shared_width: int = 128, max_positions: int = 512,
-                 pretrained: str | None = None, experts_implementation: str = "eager", optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.01), warmup_steps: int = 30,
+                 pretrained: str | None = None, experts_implementation: str = "eager",
+                 optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.01),
+                 warmup_steps: int = 30,
                  aux_loss_coef: float = 0.01, prune_ratio: float = 0.25, prune_method: str = "heapr",
                  averaging: str = "per_token", fisher_state: str = "full", calib_sequences: int = 128,
-                 prune_at_fit_end: bool = True, export: bool = True, topic_eval: bool = True, seed: int = 0):
+                 prune_at_fit_end: bool = True, export: bool = True, topic_eval: bool = True, seed: int = 0,
+                 cpu_threads: int | None = None):
         """
         Args:
             vocab_size: Vocabulary size (linked from the DataModule's tokenizer).
@@ -71,6 +74,8 @@ class HEAPrLM(BaseModule):
             export: Write the pruned model as pruned_compact/ and pruned_hf/ folders in the run directory.
             topic_eval: Also report zero-shot topic accuracy (needs a DataModule with `topic_choice_dataloader`).
             seed: Seed of the random pruning baseline.
+            cpu_threads: torch CPU threads (null: torch's default). One thread is fastest for small models on a
+                shared or busy machine, where extra OpenMP threads mostly wait for each other.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -85,6 +90,8 @@ class HEAPrLM(BaseModule):
     def setup(self, stage: str) -> None:
         """Check the pruning settings before any work (errors reach the CLI as one line)."""
         h = self.hparams
+        if h.cpu_threads:
+            torch.set_num_threads(h.cpu_threads)
         if h.prune_ratio != 0:
             check_ratio(h.prune_ratio)
         if h.prune_method not in METHODS:
@@ -97,7 +104,8 @@ class HEAPrLM(BaseModule):
         if self.model is not None:
             return
         h = self.hparams
-        self.model = build_moe_lm(h.pretrained, h.experts_implementation, arch=h.arch, vocab_size=h.vocab_size, hidden_size=h.hidden_size,
+        self.model = build_moe_lm(h.pretrained, h.experts_implementation, arch=h.arch, vocab_size=h.vocab_size,
+                                  hidden_size=h.hidden_size,
                                   num_layers=h.num_layers, num_heads=h.num_heads, num_kv_heads=h.num_kv_heads,
                                   num_experts=h.num_experts, top_k=h.top_k, expert_width=h.expert_width,
                                   shared_width=h.shared_width, max_positions=h.max_positions)

@@ -115,7 +115,7 @@ def frequency_prune(blocks: list[MoEBlock], calib: Calibration, ratio: float) ->
                for bi, b in enumerate(blocks) for e, w in enumerate(b.widths())]
     target = ratio * sum(w for *_, w in entries)
     removed, drop = 0, set()
-    for freq, bi, e, w in sorted(entries):
+    for _freq, bi, e, w in sorted(entries):
         if removed >= target - 0.5 * w:  # stop at the expert count closest to the atom budget
             break
         if sum(1 for (b2, _) in drop if b2 == bi) + 1 >= blocks[bi].num_experts:

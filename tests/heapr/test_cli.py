@@ -48,7 +48,7 @@ def test_twin_fit_prunes_exports_and_reloads(tmp_path):
 def test_real_config_parses():
     cli = LitIclrCLI(args=["--config", str(ROOT / "configs/heapr.yaml")], run=False)
     assert isinstance(cli.model, HEAPrLM) and cli.model.hparams.prune_ratio == 0.25
-    assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size == 4096
+    assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size == 2048
 
 
 @pytest.mark.parametrize("ratio", ["1.0", "0", "-0.1"])

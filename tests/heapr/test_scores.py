@@ -25,7 +25,7 @@ def _independent_stats(model, batches, block_idx, e):
     for batch in batches:
         cache = {}
 
-        def hook(mod, args, out):
+        def hook(mod, args, out, cache=cache):
             cache["x"] = args[0].detach().reshape(-1, args[0].shape[-1])
             out.retain_grad()
             cache["out"] = out
