@@ -79,7 +79,7 @@ def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, lis
     sev = np.convolve(state, np.exp(-np.arange(240) / 120.0) / 120.0, mode="full")[: len(minutes)]
     art = rng.random() < 0.7  # arterial line -> invasive pressures, else non-invasive cuff
     vent = rng.random() < 0.6
-    age = float(np.clip(rng.normal(65, 16), 16, 90)).__round__()
+    age = round(float(np.clip(rng.normal(65, 16), 16, 90)))
     rows = [f"00:00,RecordID,{record_id}", f"00:00,Age,{age}", f"00:00,Gender,{int(rng.random() < 0.56)}",
             f"00:00,Height,{-1 if rng.random() < 0.45 else round(rng.normal(170, 10), 1)}",
             f"00:00,ICUType,{int(rng.integers(1, 5))}", f"00:00,Weight,{round(rng.normal(82, 20), 1)}"]

@@ -112,6 +112,9 @@ def parse_record(path: str | Path) -> tuple[int, np.ndarray, list[tuple[int, int
             obs.append((minute, VAR_INDEX[name], value))
         elif name == "Weight":
             continue  # Weight after admission: a descriptor in this benchmark, not one of the 36 forecast variables
+        elif name in DESCRIPTORS:
+            raise DatasetFormatError(path, f"{where}: general descriptor {name!r} after 00:00",
+                                     "descriptors (Age, Gender, Height, ICUType) are recorded at 00:00 only")
         else:
             raise DatasetFormatError(path, f"{where}: unknown parameter {name!r}",
                                      f"PhysioNet 2012 parameters are RecordID, {', '.join(DESCRIPTORS)} and "

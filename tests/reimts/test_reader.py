@@ -72,6 +72,7 @@ def test_parse_record_values_descriptors_and_times(tmp_path):
     ("01:00,HeartRate,80", "unknown parameter 'HeartRate'"),
     ("01:00,HR,eighty", "'eighty' is not a number"),
     ("01:00,HR,nan", "not finite"),
+    ("01:00,Age,54", "descriptor 'Age' after 00:00"),
 ])
 def test_malformed_lines_name_file_and_line(tmp_path, line, problem):
     path = write(tmp_path, "set-a", 132540, REC_B + line + "\n")
