@@ -157,8 +157,9 @@ def _known_class_names(bases: tuple[type, ...] = (BaseModule, BaseDataModule)) -
 
 
 def _explain_parse_error(message: str, argv: list[str] = ()) -> str:
-    """Turn jsonargparse's nested message into one line, with the closest valid names for an unknown class."""
-    unknown = re.findall(r"Given value: (\S+)", message) or re.findall(r"Import path (\S+)", message)
+    """Turn jsonargparse's nested message into one line: the closest valid names for an unknown class, or the argument
+    and the reason for a bad value."""
+    unknown = re.findall(r"Expected a dot import path string: (\S+)", message) or re.findall(r"Import path (\S+)", message)
     for name in unknown:
         short = name.rsplit(".", 1)[-1]
         # suggest models for --model, DataModules for --data, both when the name came from a config file
@@ -172,8 +173,13 @@ def _explain_parse_error(message: str, argv: list[str] = ()) -> str:
         hint = f" Closest valid names: {', '.join(close)}." if close else f" Valid names: {', '.join(sorted(known))}."
         bad = "; ".join(f"lit_iclr.{m} {why}" for m, why in registry.unavailable.items())
         return f"unknown class {short!r}.{hint}" + (f" (unavailable: {bad})" if bad else "")
-    first = message.strip().splitlines()
-    return " ".join(line.strip() for line in first[:6])
+    bad_arg = re.search(r"class_path '([^']+)':\s*Parser key \"([^\"]+)\":\s*(.+)", message)
+    if bad_arg:
+        cls, key, why = bad_arg.groups()
+        return f"{cls.rsplit('.', 1)[-1]}: invalid value for {key!r}: {why.strip()}"
+    lines = [ln.strip() for ln in message.strip().splitlines()]
+    keep = [ln for ln in lines if ln and not ln.startswith(("Subtypes:", "Errors:", "Given value type:", "- Expected a <class 'NoneType'>"))]
+    return " ".join(keep[:6])
 
 
 def main(args: list[str] | None = None) -> LitIclrCLI | None:
@@ -190,9 +196,22 @@ def main(args: list[str] | None = None) -> LitIclrCLI | None:
     except LitIclrError as e:
         _fail(str(e))
     except Exception as e:  # jsonargparse parse errors and YAML errors arrive as ArgumentError / ParserError
+        cause = _user_error_in_chain(e)  # jsonargparse wraps errors raised while instantiating classes
+        if cause is not None:
+            _fail(str(cause))
         if type(e).__name__ in {"ArgumentError", "ParserError", "ScannerError", "NSKeyError"}:
             _fail(_explain_parse_error(str(e), argv))
         raise
+    return None
+
+
+def _user_error_in_chain(error: BaseException) -> LitIclrError | None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, LitIclrError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
     return None
 
 

@@ -143,3 +143,17 @@ def test_line_progress_prints_lines_not_carriage_returns(tmp_path, capfd):
     out = capfd.readouterr().out
     assert "[train] epoch 0" in out and "\r" not in out
     assert toy.ToyRegression  # the toy module is what ran
+
+
+def test_invalid_value_names_the_argument(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "ToyRegression", "--model.init_args.hidden", "abc", "--data", "ToyData"])
+    err = capsys.readouterr().err
+    assert "ToyRegression: invalid value for 'hidden'" in err and "abc" in err
+
+
+def test_error_raised_while_building_classes_is_one_clear_message(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "ToyRegression", "--data", "MisconfiguredData"])
+    err = capsys.readouterr().err
+    assert "era5.zarr: has no variable 'temperature'" in err and "fix:" in err and "Traceback" not in err

@@ -111,3 +111,11 @@ class CrashAtStep(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_step == self.step:
             raise Crash(f"simulated crash at step {self.step}")
+
+
+class MisconfiguredData(ToyData):
+    """A DataModule whose constructor finds the data malformed (as readers that check metadata eagerly do)."""
+
+    def __init__(self, root: str | None = None):
+        super().__init__(root)
+        raise DatasetFormatError("era5.zarr", "has no variable 'temperature'", "add it or drop it from `variables`")
