@@ -1,6 +1,7 @@
 """LightningModules of NAMEx's settings: image classification (+ zero-shot corruption robustness) and text."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import torch
@@ -54,7 +55,7 @@ class MergingModule(BaseModule):
         def factor(step: int) -> float:  # linear warm-up, then cosine to zero
             if step < warmup:
                 return (step + 1) / warmup
-            return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * (step - warmup) / max(total - warmup, 1)))).item()
+            return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(total - warmup, 1)))
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
