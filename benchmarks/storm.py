@@ -223,8 +223,9 @@ def main() -> None:
     steps = args.steps or (20 if args.quick else 200)
     t_all = time.time()
     dm = make_data(args.quick)
-    from lit_iclr.storm.wb2 import region_index
     import numpy as np
+
+    from lit_iclr.storm.wb2 import region_index
 
     ilat, ilon = region_index(np.array(dm.latitudes), np.array(dm.longitudes), REGION)
     storm = make_model(dm)

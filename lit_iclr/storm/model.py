@@ -80,7 +80,7 @@ class CrossScaleExchange(nn.Module):
     def __init__(self, widths: list[int], periodic: bool):
         super().__init__()
         self.periodic = periodic
-        pairs = list(zip(widths[:-1], widths[1:]))
+        pairs = list(zip(widths[:-1], widths[1:], strict=True))
         self.f2c = nn.ModuleList(SphereConv(a, b, 3, periodic) for a, b in pairs)
         self.f2c_gate = nn.ModuleList(nn.Conv2d(2 * b, b, 1) for _, b in pairs)
         self.c2f = nn.ModuleList(SphereConv(b, a, 3, periodic) for a, b in pairs)
@@ -145,10 +145,10 @@ class STORMNet(nn.Module):
             inp = torch.cat([bands[s], st[:, None].expand(-1, T, -1, -1, -1), fo[:, :T]], 2)
             h.append(self.encoders[s](inp) + self.target_forcing[s](fo[:, T]))
         for k, blocks in enumerate(self.blocks):
-            h = [blk(hs) for blk, hs in zip(blocks, h)]
+            h = [blk(hs) for blk, hs in zip(blocks, h, strict=True)]
             if self.exchange is not None:
                 h = self.exchange[k](h)
-        r = [head(hs) for head, hs in zip(self.heads, h)]
+        r = [head(hs) for head, hs in zip(self.heads, h, strict=True)]
         inc = [r[-1]]
         for s in reversed(range(self.S - 1)):  # Laplacian synthesis, coarse to fine
             inc.insert(0, up(inc[0], self.periodic) + r[s])

@@ -145,7 +145,7 @@ class MoistShallowWater:
         lat_d, lon_d = np.degrees(LAT.numpy()), np.degrees(LON.numpy())
         self.land = torch.from_numpy(land_sea_mask(lat_d, lon_d))
         L = c.lmax
-        l = torch.arange(L, dtype=torch.float64)
+        l = torch.arange(L, dtype=torch.float64)  # noqa: E741 - the spherical-harmonic degree
         m = torch.arange(L, dtype=torch.float64)
         as_l = lambda v: v[None, None, None, :]  # broadcast over (m, field, re/im, l)
         self.lam = as_l(l * (l + 1) / A_EARTH**2)  # eigenvalue of -laplacian

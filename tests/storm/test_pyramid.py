@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_iclr.storm.pyramid import (down, laplacian_bands, laplacian_merge, pad_sphere, spectral_bands, spectral_masks,
-                                    up)
+from lit_iclr.storm.pyramid import down, laplacian_bands, laplacian_merge, pad_sphere, spectral_bands, spectral_masks, up
 
 
 def test_laplacian_pyramid_is_exactly_invertible():
