@@ -116,13 +116,14 @@ class WB2WeatherData(BaseDataModule):
         self.eval_lead_times = list(eval_lead_times or [6, 24, 72, 120])
         self.eval_stride, self.region, self.in_memory, self.n_harmonics = eval_stride, region, in_memory, n_harmonics
         self.default_days, self.default_spinup_days, self.generator_seed = default_days, default_spinup_days, generator_seed
-        for name, leads in (("lead_times", self.lead_times), ("eval_lead_times", self.eval_lead_times)):
-            if any(h <= 0 or h % step_hours for h in leads):
-                raise ConfigError(f"{name} {leads} must be positive multiples of step_hours={step_hours}")
-        if history < 1:
-            raise ConfigError(f"history must be >= 1, got {history}")
         # sizes the model needs, without reading data when the default store is not generated yet
         self._init_grid()
+        # mistakes are raised by prepare_data/setup, where the CLI reports them in one line
+        for name, leads in (("lead_times", self.lead_times), ("eval_lead_times", self.eval_lead_times)):
+            if any(h <= 0 or h % step_hours for h in leads):
+                self._init_error = ConfigError(f"{name} {leads} must be positive multiples of step_hours={step_hours}")
+        if history < 1:
+            self._init_error = ConfigError(f"history must be >= 1, got {history}")
 
     @property
     def path(self) -> Path:

@@ -47,3 +47,10 @@ def test_missing_level_is_a_one_line_error(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "lit-iclr: error:" in err and "Traceback" not in err and "fix:" in err
+
+
+def test_lead_not_multiple_of_step_is_a_config_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["prepare", "--config", str(ROOT / "tests/configs/storm.yaml"), "--data.init_args.lead_times", "[6, 9]"])
+    assert e.value.code == 2
+    assert "lead_times [6, 9] must be positive multiples of step_hours=6" in capsys.readouterr().err
