@@ -224,7 +224,7 @@ def tables(rows, base, cost_rows, speed) -> str:
         for ratio in ratios:
             r = next(x for x in rows if x["method"] == method and x["averaging"] == averaging and x["ratio"] == ratio)
             extra = f" ({r['achieved']:.0%})" if abs(r["achieved"] - ratio) > 0.01 else ""
-            cells.append(f"{r['ppl']:.1f} / {r['acc']:.2f}{extra}")
+            cells.append(f"{r['ppl']:.2f} / {r['acc']:.2f}{extra}")
         lines.append(f"| {label(method, averaging)} | " + " | ".join(cells) + " |")
     lines.append("\nRouted-expert FLOPs per token after HEAPr (fraction of dense): " + ", ".join(
         f"{r['ratio']:.0%}: {r['flops']:.2f}" for r in rows if r["method"] == "heapr" and r["averaging"] == "per_token"))
@@ -238,6 +238,16 @@ def tables(rows, base, cost_rows, speed) -> str:
     return "\n".join(lines)
 
 
+def report() -> None:
+    """Merge every results*.json of full runs (same dense model), draw the figures and print the tables."""
+    runs = [json.loads(f.read_text()) for f in sorted(OUT.glob("results*.json")) if "quick" not in f.name]
+    rows = [r for run in runs for r in run["rows"]]
+    cost_rows = [c for run in runs for c in run["cost"]]
+    speed = [s for run in runs for s in run["speed"]]
+    figures(rows, runs[0]["dense"], cost_rows)
+    print(tables(rows, runs[0]["dense"], cost_rows, speed))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", default=None, help="a `fit` checkpoint of configs/heapr.yaml (default: train here)")
@@ -249,10 +259,16 @@ def main() -> None:
     p.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, two ratios, small evaluation")
+    p.add_argument("--only-quality", action="store_true", help="skip the cost and throughput parts")
+    p.add_argument("--tag", default="", help="suffix of the results file (results<tag>.json)")
+    p.add_argument("--report", action="store_true", help="merge results*.json, draw the figures, print the tables")
     p.add_argument("--cost-worker", nargs=2, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.cost_worker:
         cost_worker(int(args.cost_worker[0]), args.cost_worker[1])
+        return
+    if args.report:
+        report()
         return
     torch.set_num_threads(1)
     if args.quick:
@@ -269,12 +285,14 @@ def main() -> None:
     dm.prepare_data()
     dm.setup("fit")
     rows, info = quality(args, dm, log)
-    log("cost vs width")
-    cost_rows = cost(args.widths, log)
-    log("throughput")
-    speed = throughput(args, dm, log)
+    cost_rows, speed = [], []
+    if not args.only_quality:
+        log("cost vs width")
+        cost_rows = cost(args.widths, log)
+        log("throughput")
+        speed = throughput(args, dm, log)
     results = {"args": vars(args), "dense": info["dense"], "rows": rows, "cost": cost_rows, "speed": speed}
-    (OUT / ("results-quick.json" if args.quick else "results.json")).write_text(json.dumps(results, indent=1))
+    (OUT / ("results-quick.json" if args.quick else f"results{args.tag}.json")).write_text(json.dumps(results, indent=1))
     if not args.quick:
         figures(rows, info["dense"], cost_rows)
     print(tables(rows, info["dense"], cost_rows, speed))
