@@ -136,6 +136,9 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
     for q in model.parameters():
         q.requires_grad_(False)
     t0, tokens, loss_sum, counted = time.perf_counter(), 0, 0.0, 0
+    # Also callable from hooks that Lightning runs under inference mode (e.g. on_test_start): gradients must flow.
+    context = torch.inference_mode(False)
+    context.__enter__()
     try:
         for batch in batches:
             ids = batch["input_ids"].to(p.device)
@@ -151,6 +154,7 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
             loss_sum += float(loss.detach())
             counted += n
     finally:
+        context.__exit__(None, None, None)
         for h in handles:
             h.remove()
         for b in blocks:

@@ -175,6 +175,9 @@ def prune_model(model: nn.Module, batches: Iterable[dict] | None, ratio: float, 
         calib: Reuse statistics from an earlier `calibrate` call on the same unpruned model.
     """
     check_ratio(ratio)
+    if torch.is_inference_mode_enabled():  # e.g. from a Lightning test hook: the new weights must stay normal tensors
+        with torch.inference_mode(False):
+            return prune_model(model, batches, ratio, method, averaging, fisher_state, seed, calib)
     if method not in METHODS:
         raise ConfigError(f"unknown pruning method {method!r}; choose from {', '.join(METHODS)}")
     check_moe(model)

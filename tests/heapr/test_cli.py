@@ -60,3 +60,16 @@ def test_bad_prune_ratio_is_a_clear_error(tmp_path, ratio, capsys):
         main(["fit", "--config", str(ROOT / "tests/configs/heapr.yaml"), "--model.init_args.prune_ratio", ratio,
               "--trainer.default_root_dir", str(tmp_path)])
     assert "prune ratio must be strictly between 0 and 1" in capsys.readouterr().err
+
+
+def test_test_subcommand_prunes_a_dense_checkpoint(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    args = ["--config", str(ROOT / "tests/configs/heapr.yaml"), "--data.init_args.root", str(corpus),
+            "--data.init_args.data_dir", str(tmp_path / "data")]
+    main(["fit", *args, "--trainer.default_root_dir", str(tmp_path / "run"), "--model.init_args.prune_at_fit_end",
+          "false"])
+    assert not (tmp_path / "run" / "heapr_report.json").exists()
+    main(["test", *args, "--trainer.default_root_dir", str(tmp_path / "t"), "--ckpt_path",
+          str(tmp_path / "run" / "checkpoints" / "last.ckpt")])
+    metrics = (tmp_path / "t" / "metrics.csv").read_text()
+    assert "test/achieved_ratio" in metrics and "0.25" in metrics
