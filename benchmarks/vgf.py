@@ -17,6 +17,7 @@ Figures go to benchmarks/out/vgf/ and seeds/figures/vgf_*.png.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -161,8 +162,11 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
     print("| task | " + " | ".join(f"K={k}: Q / score" for k in [0] + ASCENT) + " |")
     print("|---" * (len(ASCENT) + 2) + "|")
     for task, r in results.items():
-        cells = [f"{np.mean(r['q'][p]):.2f} / {np.mean(r['score'][p]):.1f}" for p in ["L0"] + [f"ascent{k}" for k in ASCENT]]
-        print(f"| {task} | " + " | ".join(cells) + " |")
+        pol = ["L0"] + [f"ascent{k}" for k in ASCENT]
+        if all(p in r["q"] for p in pol):  # runs whose Q estimates were not saved are left out
+            cells = [f"{np.mean(r['q'][p]):.2f} / {np.mean(r['score'][p]):.1f}" for p in pol]
+            print(f"| {task} | " + " | ".join(cells) + " |")
+    sp["transport_ms"] = {int(k): v for k, v in sp["transport_ms"].items()}
     print(f"\nSpeed: VGF update {sp['vgf_sps']:.1f} steps/s vs BC-only {sp['bc_sps']:.1f} steps/s "
           f"(ratio {sp['vgf_sps'] / sp['bc_sps']:.3f}); one transport step (B={sp['batch']}):")
     print("\n| N | " + " | ".join(str(n) for n in sp["transport_ms"]) + " |")
@@ -183,9 +187,10 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "vgf_test_time_scaling.png", dpi=90)
 
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), squeeze=False)
+    with_q = {t: r for t, r in results.items() if all(f"ascent{k}" in r["q"] for k in ASCENT) and "L0" in r["q"]}
+    fig, axes = plt.subplots(1, max(len(with_q), 1), figsize=(4.5 * max(len(with_q), 1), 3.2), squeeze=False)
     ks = [0] + ASCENT
-    for ax, (task, r) in zip(axes[0], results.items(), strict=True):
+    for ax, (task, r) in zip(axes[0], with_q.items(), strict=False):
         pol = ["L0"] + [f"ascent{k}" for k in ASCENT]
         ax.plot(ks, [np.mean(r["score"][p]) for p in pol], marker="o", color="C0", label="true score")
         ax.set_xlabel("ascent steps K")
@@ -208,6 +213,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 50 steps, 2 episodes")
     p.add_argument("--figures", default=str(ROOT / "seeds" / "figures"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "vgf"))
+    p.add_argument("--report", default="", help="only report: comma-separated tasks whose saved results to merge")
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.quick:
@@ -216,12 +222,18 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = {}
     t0 = time.perf_counter()
-    for task in args.tasks.split(","):
-        episodes = args.cube_episodes if task == "cube" else args.episodes
-        results[task] = run_task(task, list(range(args.seeds)), args.steps, 2 if args.quick else episodes)
-    dm, margs = load(args.tasks.split(",")[0], 1)
-    sp = speed(dm, margs, repeats=3 if args.quick else 10)
-    sp["batch"] = dm.batch_size
+    if args.report:  # merge results saved by earlier runs (each task's JSON, the speed of the first)
+        results = {t: json.loads((out_dir / f"{t}.json").read_text()) for t in args.report.split(",")}
+        sp = json.loads((out_dir / "speed.json").read_text())
+    else:
+        for task in args.tasks.split(","):
+            episodes = args.cube_episodes if task == "cube" else args.episodes
+            results[task] = run_task(task, list(range(args.seeds)), args.steps, 2 if args.quick else episodes)
+            (out_dir / f"{task}.json").write_text(json.dumps(results[task]))
+        dm, margs = load(args.tasks.split(",")[0], 1)
+        sp = speed(dm, margs, repeats=3 if args.quick else 10)
+        sp["batch"] = dm.batch_size
+        (out_dir / "speed.json").write_text(json.dumps(sp))
     print(f"\n{args} finished in {time.perf_counter() - t0:.0f} s")
     report(results, sp, out_dir)
     fig_dir = Path(args.figures)
