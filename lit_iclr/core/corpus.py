@@ -52,6 +52,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .data import BaseDataModule, ensure_generated
 from .errors import DatasetFormatError, DatasetNotFoundError
+from .loader import ResumableDataLoader
 from .tokenizer import EOS_ID, PAD_ID, encode_batch, load_tokenizer, train_bpe
 
 SPLITS = ("train", "calib", "validation", "test")
@@ -519,11 +520,6 @@ class CorpusDataModule(BaseDataModule):
 
     def train_dataloader(self):
         ds = self.lm_dataset("train")
-        try:
-            from .loader import ResumableDataLoader  # exact mid-epoch resume when the platform provides it
-        except ImportError:
-            g = torch.Generator().manual_seed(self.seed)
-            return DataLoader(ds, self.batch_size, shuffle=True, generator=g, num_workers=self.num_workers)
         return ResumableDataLoader(ds, batch_size=self.batch_size, shuffle=True, seed=self.seed,
                                    num_workers=self.num_workers)
 

@@ -38,8 +38,10 @@ class LineProgressBar(ProgressBar):
         shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in metrics.items() if k != "v_num")
         total = self.total_train_batches
-        total_s = f"/{total}" if isinstance(total, int) else ""
-        print(f"{prefix} epoch {trainer.current_epoch} batch {batch_idx + 1 if batch_idx is not None else '-'}{total_s} "
+        shown_batch = "-" if batch_idx is None else str(batch_idx + 1)
+        if isinstance(total, int) and batch_idx is not None and batch_idx < total:
+            shown_batch += f"/{total}"
+        print(f"{prefix} epoch {trainer.current_epoch} batch {shown_batch} "
               f"step {trainer.global_step} {shown}".rstrip(), flush=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
