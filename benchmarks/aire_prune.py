@@ -12,26 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-# Run as a script, Python puts benchmarks/ first on sys.path, where a sibling file can shadow a standard module
-# (benchmarks/platform.py shadows `platform`): import from the repository root instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
+import lightning as L
+import torch
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-
-from lit_iclr.aire_prune import (  # noqa: E402
+from lit_iclr.aire_prune import (
     AIREPruneClassifier,
     ListOpsData,
     SequentialImageData,
-    aire,  # noqa: E402
+    aire,
 )
-from lit_iclr.aire_prune.plots import accuracy_curves_figure  # noqa: E402
+from lit_iclr.aire_prune.plots import accuracy_curves_figure
 
 RATIOS = [round(0.1 * i, 1) for i in range(10)]  # 0 .. 90 %
 QUANTILES = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0])

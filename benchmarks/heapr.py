@@ -22,18 +22,16 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from lit_iclr.core.corpus import CorpusDataModule
+from lit_iclr.core.hf_moe import unfuse_experts
+from lit_iclr.heapr.calibrate import calibrate, lm_loss_sum
+from lit_iclr.heapr.evaluate import perplexity, tokens_per_second, topic_accuracy
+from lit_iclr.heapr.model import build_moe_lm
+from lit_iclr.heapr.prune import prune_model
+
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks/platform.py would shadow the standard library's `platform` (imported by torch): run from the repo root.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-
-import torch  # noqa: E402
-
-from lit_iclr.core.corpus import CorpusDataModule  # noqa: E402
-from lit_iclr.core.hf_moe import unfuse_experts  # noqa: E402
-from lit_iclr.heapr.calibrate import calibrate, lm_loss_sum  # noqa: E402
-from lit_iclr.heapr.evaluate import perplexity, tokens_per_second, topic_accuracy  # noqa: E402
-from lit_iclr.heapr.model import build_moe_lm  # noqa: E402
-from lit_iclr.heapr.prune import prune_model  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out" / "heapr"
 FIG = ROOT / "seeds" / "figures"

@@ -9,30 +9,25 @@ LightningModules) so that 7 variants x 3 seeds x 3 tasks fit the CPU budget; two
 """
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import time
 from pathlib import Path
 
-# Run as a script, Python puts benchmarks/ first on sys.path, where a sibling module (benchmarks/platform.py) would
-# shadow the standard library's `platform`: import from the repository root instead.
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lit_iclr.core.figures import plt
+from lit_iclr.namex.ffn import MergeOptions, MergingFFN
+from lit_iclr.namex.model import MoETextTransformer, MoEViT, aux_loss, contribution_spread
+from lit_iclr.namex.module import FASHION_MEAN, FASHION_STD
+from lit_iclr.namex.propagation import Chain
+
 HERE, ROOT = Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import os  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from lit_iclr.core.figures import plt  # noqa: E402
-from lit_iclr.namex.ffn import MergeOptions, MergingFFN  # noqa: E402
-from lit_iclr.namex.model import MoETextTransformer, MoEViT, aux_loss, contribution_spread  # noqa: E402
-from lit_iclr.namex.module import FASHION_MEAN, FASHION_STD  # noqa: E402
-from lit_iclr.namex.propagation import Chain  # noqa: E402
 
 BETA = dict(beta_abs=0.9, beta_phase=math.pi / 8)  # Lorraine et al.'s |beta|, arg(beta)
 VARIANTS = {

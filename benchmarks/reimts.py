@@ -15,20 +15,15 @@ import copy
 import json
 import multiprocessing as mp
 import statistics
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, benchmarks/ is sys.path[0]; a sibling module named like a stdlib one (e.g. platform.py) would shadow it
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+import lightning as L
+import torch
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-
-from lit_iclr.reimts import IMTSForecaster, PhysioNet2012  # noqa: E402
-from lit_iclr.reimts.plots import forecast_figure, plt  # noqa: E402
+from lit_iclr.reimts import IMTSForecaster, PhysioNet2012
+from lit_iclr.reimts.plots import forecast_figure, plt
 
 # name -> model init args; the paper's time-period lists on P12: GraFITi 39 -> 24 -> 12 h, the others 39 -> 24 h
 # (ReIMTS rows use the config default finest_loss "horizon"; "all" is the reference code's loss on every sub-sample)
@@ -44,6 +39,8 @@ MODELS = {
 }
 REFERENCE = {name: ("mTAN" if "mTAN" in name else "GraFITi") for name in MODELS if name not in ("GraFITi", "mTAN")}
 
+
+ROOT = Path(__file__).resolve().parents[1]
 
 class Recorder(L.Callback):
     """Training samples/s (train batches only) and the weights of the best validation epoch."""

@@ -19,28 +19,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
 
-# benchmarks/platform.py would shadow the standard library's `platform` (imported by numpy/torch) when this script's
-# folder leads sys.path: import from the repository root instead.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import lightning as L
+import numpy as np
+import torch
+import yaml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import yaml  # noqa: E402
+from lit_iclr.core.figures import plt
+from lit_iclr.vgf import TD3BC, VGF, D4RLData, OGBenchData
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 warnings.filterwarnings("ignore")
 os.environ.setdefault("LIT_ICLR_LINE_PROGRESS", "1")
-
-import lightning as L  # noqa: E402
-
-from lit_iclr.core.figures import plt  # noqa: E402
-from lit_iclr.vgf import TD3BC, VGF, D4RLData, OGBenchData  # noqa: E402
 
 TASKS = {  # name: (config, DataModule, data overrides)
     "cube": ("configs/vgf.yaml", OGBenchData, {}),
