@@ -15,14 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
-# benchmarks/platform.py would shadow the standard library's `platform` (imported by torch) when run as a script
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import torch  # noqa: E402
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out" / "storm"
