@@ -11,6 +11,7 @@ import difflib
 import importlib
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,8 @@ def main(args: list[str] | None = None) -> LitIclrCLI | None:
 
         hub_main(argv[1:])
         return None
+    # main(args) from Python (tests, notebooks) is intended; Lightning warns about it because sys.argv differs.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     try:
         _check_config_files(argv)
         return LitIclrCLI(args=args)

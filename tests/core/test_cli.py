@@ -122,8 +122,9 @@ def test_checkpoint_with_other_shapes_is_refused(tmp_path):
 
 
 def test_explain_parse_error_lists_unavailable_methods():
-    msg = _explain_parse_error("Problem with given class_path 'Storrm':\n  Given value: Storrm")
-    assert msg.startswith("unknown class 'Storrm'")
+    msg = _explain_parse_error("Parser key \"model\":\n  - Expected a dot import path string: Storrm\n"
+                               "  Given value: Storrm", ["--model", "Storrm"])
+    assert msg.startswith("unknown class 'Storrm'") and "Closest valid names" in msg
 
 
 def test_slurm_preflight(monkeypatch):
