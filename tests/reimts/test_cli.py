@@ -1,7 +1,6 @@
 """The tiny twin through the CLI, the real config parsed, and the generated default read back by the real reader."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
@@ -10,14 +9,14 @@ import torch
 from lit_iclr.cli import main
 from lit_iclr.reimts import PhysioNet2012
 from lit_iclr.reimts.physionet import VARIABLES, parse_record
+from tests.twin import fit_twin, metric_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_twin_fits_through_the_cli(tmp_path):
-    main(["fit", "--config", str(ROOT / "tests/configs/reimts.yaml"), "--trainer.default_root_dir", str(tmp_path),
-          "--data.init_args.data_dir", str(tmp_path / "data")])
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    fit_twin("reimts", tmp_path)
+    rows = metric_rows(tmp_path)
     val = [float(r["val/mse"]) for r in rows if r.get("val/mse")]
     train = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
     assert val and all(0 < v < 10 for v in val) and train and all(torch.isfinite(torch.tensor(train)))

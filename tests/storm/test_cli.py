@@ -1,21 +1,20 @@
 """The tiny twin through the CLI (generating its planet in the WB2 layout), and the real config parsed."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import xarray as xr
 
 from lit_iclr.cli import main
+from tests.twin import fit_twin, metric_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_twin_fits_through_the_cli(tmp_path):
-    main(["fit", "--config", str(ROOT / "tests/configs/storm.yaml"), "--trainer.default_root_dir", str(tmp_path),
-          "--data.init_args.data_dir", str(tmp_path / "data")])
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    fit_twin("storm", tmp_path)
+    rows = metric_rows(tmp_path)
     train = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
     val = [r for r in rows if r.get("val/rmse_norm_6h/model")]
     assert train and all(0 < v < 10 for v in train)
