@@ -158,3 +158,13 @@ def test_error_raised_while_building_classes_is_one_clear_message(capsys):
         main(["fit", "--model", "ToyRegression", "--data", "MisconfiguredData"])
     err = capsys.readouterr().err
     assert "era5.zarr: has no variable 'temperature'" in err and "fix:" in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # starts the wandb service process (several seconds)
+def test_wandb_overlay_logs_offline_into_the_run_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cli = main(["fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir", str(tmp_path / "d"),
+                "--config", str(Path(__file__).parents[2] / "configs/trainer/wandb.yaml"), "--trainer.max_steps", "3",
+                "--trainer.log_every_n_steps", "1", "--trainer.default_root_dir", str(tmp_path / "r"), *QUIET])
+    assert [type(lg).__name__ for lg in cli.trainer.loggers] == ["RunCSVLogger", "WandbLogger"]
+    assert list((tmp_path / "r" / "wandb").glob("offline-run-*")) and (tmp_path / "r" / "metrics.csv").exists()
