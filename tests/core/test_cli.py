@@ -168,3 +168,12 @@ def test_wandb_overlay_logs_offline_into_the_run_folder(tmp_path, monkeypatch):
                 "--trainer.log_every_n_steps", "1", "--trainer.default_root_dir", str(tmp_path / "r"), *QUIET])
     assert [type(lg).__name__ for lg in cli.trainer.loggers] == ["RunCSVLogger", "WandbLogger"]
     assert list((tmp_path / "r" / "wandb").glob("offline-run-*")) and (tmp_path / "r" / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("overlay", sorted(p.name for p in (Path(__file__).parents[2] / "configs/trainer").glob("*.yaml")))
+def test_every_trainer_overlay_parses(overlay, capsys):
+    path = Path(__file__).parents[2] / "configs/trainer" / overlay
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--model", "ToyRegression", "--data", "ToyData", "--config", str(path), "--print_config"])
+    assert e.value.code in (0, None), capsys.readouterr().err
+    assert "trainer:" in capsys.readouterr().out
