@@ -28,7 +28,6 @@ from .core.runs import resolve_run_dir
 from .core.slurm import check_slurm_matches_trainer
 from .core.trainer import Trainer
 
-
 DESCRIPTION = ("lit-iclr: ICLR 2026 methods as Lightning modules. `cli.py <subcommand> --config configs/<method>.yaml`; "
                "`cli.py prepare` makes/checks data only; `cli.py hub {export,upload,download}` shares checkpoints.")
 
@@ -179,7 +178,8 @@ def _explain_parse_error(message: str, argv: list[str] = ()) -> str:
         cls, key, why = bad_arg.groups()
         return f"{cls.rsplit('.', 1)[-1]}: invalid value for {key!r}: {why.strip()}"
     lines = [ln.strip() for ln in message.strip().splitlines()]
-    keep = [ln for ln in lines if ln and not ln.startswith(("Subtypes:", "Errors:", "Given value type:", "- Expected a <class 'NoneType'>"))]
+    noise = ("Subtypes:", "Errors:", "Given value type:", "- Expected a <class 'NoneType'>")
+    keep = [ln for ln in lines if ln and not ln.startswith(noise)]
     return " ".join(keep[:6])
 
 

@@ -7,9 +7,9 @@ import torch
 
 import tests.core.toy as toy
 from lit_iclr.cli import LitIclrCLI, _explain_parse_error, main
+from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.runs import config_name, resolve_run_dir
 from lit_iclr.core.slurm import check_slurm_matches_trainer
-from lit_iclr.core.errors import ConfigError
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.num_sanity_val_steps", "0"]
 
@@ -35,7 +35,8 @@ trainer: {{max_steps: 2, accelerator: cpu}}
 
 def test_fit_writes_run_folder_with_config_checkpoints_and_run_info(tmp_path):
     cli = main(["fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir",
-                str(tmp_path / "data"), "--trainer.max_steps", "3", "--trainer.log_every_n_steps", "1", "--trainer.default_root_dir", str(tmp_path / "r"),
+                str(tmp_path / "data"), "--trainer.max_steps", "3", "--trainer.log_every_n_steps", "1",
+                "--trainer.default_root_dir", str(tmp_path / "r"),
                 *QUIET])
     run = tmp_path / "r"
     assert (run / "config.yaml").exists() and (run / "checkpoints" / "last.ckpt").exists()

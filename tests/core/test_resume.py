@@ -1,4 +1,5 @@
 """Stop a fit at step k, resume it with `--ckpt_path last`: the result equals an uninterrupted run."""
+import json
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def fit(root: Path, data: Path, max_steps: int, *extra: str):
 def test_resume_equals_uninterrupted(tmp_path, k):
     data = tmp_path / "data"
     full = fit(tmp_path / "full", data, 20)
-    crash = '{"class_path": "tests.core.toy.CrashAtStep", "init_args": {"step": %d}}' % k
+    crash = json.dumps({"class_path": "tests.core.toy.CrashAtStep", "init_args": {"step": k}})
     with pytest.raises(toy.Crash):  # pre-empted at step k; a checkpoint is written every step
         fit(tmp_path / "part", data, 20, "--trainer.callbacks+", crash, "--checkpoint.every_n_train_steps", "1")
     ckpt = torch.load(tmp_path / "part" / "checkpoints" / "last.ckpt", weights_only=True)
@@ -29,12 +30,12 @@ def test_resume_equals_uninterrupted(tmp_path, k):
     resumed = fit(tmp_path / "part", data, 20, "--ckpt_path", "last")
 
     assert resumed.trainer.global_step == full.trainer.global_step == 20
-    for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
+    for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
     # optimizer moments and LR schedule restored, not restarted
     opt_full, opt_res = full.trainer.optimizers[0], resumed.trainer.optimizers[0]
     assert opt_full.param_groups[0]["lr"] == opt_res.param_groups[0]["lr"] == pytest.approx(1e-2 * 0.5 ** (20 // 3))
-    for sa, sb in zip(opt_full.state.values(), opt_res.state.values()):
+    for sa, sb in zip(opt_full.state.values(), opt_res.state.values(), strict=True):
         torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], atol=1e-9, rtol=1e-6)
     assert full.trainer.current_epoch == resumed.trainer.current_epoch
 
@@ -44,8 +45,8 @@ def test_resume_changes_result_when_data_position_is_lost(tmp_path):
     data = tmp_path / "data"
     full = fit(tmp_path / "full", data, 12)
     part = fit(tmp_path / "p", data, 12, "--seed_everything", "1")
-    diff = max((a - b).abs().max().item() for a, b in zip(full.model.state_dict().values(),
-                                                           part.model.state_dict().values()))
+    pairs = zip(full.model.state_dict().values(), part.model.state_dict().values(), strict=True)
+    diff = max((a - b).abs().max().item() for a, b in pairs)
     assert diff > 1e-4
 
 

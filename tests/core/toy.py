@@ -5,14 +5,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lit_iclr.core import BaseDataModule, BaseModule, DatasetFormatError
 from lit_iclr.core.loader import ResumableDataLoader
 
-from lit_iclr.core import BaseDataModule, BaseModule, DatasetFormatError
 
 class ToyRegression(BaseModule):
     def __init__(self, num_features: int = 1, hidden: int = 16,
