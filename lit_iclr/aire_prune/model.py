@@ -102,12 +102,25 @@ def _complex(p: torch.Tensor) -> torch.Tensor:
     return torch.complex(p[..., 0], p[..., 1])
 
 
+class _DiagonalSSM(nn.Module):
+    """What the S5 and S4D layers share: complex output matrices C (and C2 for the backward direction)."""
+
+    bidirectional: bool
+
+    def output_matrices(self) -> list[torch.Tensor]:
+        """C complex, and C2 for the backward direction when bidirectional."""
+        cs = [_complex(self.C)]
+        if self.bidirectional:
+            cs.append(_complex(self.C2))
+        return cs
+
+
 # --------------------------------------------------------------------------------------------------------------
 # MIMO S5 layer
 # --------------------------------------------------------------------------------------------------------------
 
 
-class S5SSM(nn.Module):
+class S5SSM(_DiagonalSSM):
     """One MIMO diagonal SSM (S5): `n_states` complex states shared by the H channels.
 
     Parameters: Lambda_re, Lambda_im (n,), B (n, H, 2), C (H, n, 2) (+ C2 for the backward direction), D (H,),
@@ -197,12 +210,6 @@ class S5SSM(nn.Module):
         b_bar = ((torch.exp(log_lam) - 1) / lam)[:, None] * _complex(self.B)
         return log_lam, b_bar
 
-    def output_matrices(self) -> list[torch.Tensor]:
-        """C (H, n) complex, and C2 for the backward direction when bidirectional."""
-        cs = [_complex(self.C)]
-        if self.bidirectional:
-            cs.append(_complex(self.C2))
-        return cs
 
     def modal_terms(self) -> dict[str, torch.Tensor]:
         """|Lambda_bar_i|, ||B_bar_i||^2 and ||C_i||^2 per direction: the ingredients of the pruning scores."""
@@ -256,7 +263,7 @@ class S5SSM(nn.Module):
 # --------------------------------------------------------------------------------------------------------------
 
 
-class S4DSSM(nn.Module):
+class S4DSSM(_DiagonalSSM):
     """H independent SISO diagonal SSMs (S4D) with N conjugate-symmetric complex states each, stored flat.
 
     Parameters: log_A_real, A_imag (M,) with Lambda = -exp(log_A_real) + i A_imag, B, C (M, 2) (+ C2), log_step (H,)
@@ -324,11 +331,6 @@ class S4DSSM(nn.Module):
         log_lam = lam * step
         return log_lam, (torch.exp(log_lam) - 1) / lam * _complex(self.B)
 
-    def output_matrices(self) -> list[torch.Tensor]:
-        cs = [_complex(self.C)]
-        if self.bidirectional:
-            cs.append(_complex(self.C2))
-        return cs
 
     def modal_terms(self) -> dict[str, torch.Tensor]:
         with torch.no_grad():

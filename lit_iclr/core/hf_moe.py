@@ -332,20 +332,23 @@ def _fused_class(model: nn.Module, block: MoEBlock):
     raise UnsupportedMoEError(f"{type(model).__name__}: no fused experts class in {mod.__name__}")
 
 
-def common_width(model: nn.Module, align: int = 8) -> int:
-    """The one width an HF config can express for all experts: the largest kept width, rounded up to a multiple of
-    `align` (transformers' grouped-GEMM kernels need 16-byte strides) and, for DeepSeek, to a divisor of the shared
+def padded_width(config, kept: int, align: int = 8) -> int:
+    """The one width an HF config can express for experts whose largest kept width is `kept`: rounded up to a multiple
+    of `align` (transformers' grouped-GEMM kernels need 16-byte strides) and, for DeepSeek, to a divisor of the shared
     experts' width (`moe_intermediate_size * n_shared_experts` must keep its value)."""
-    blocks = check_moe(model)
-    kept = max(max(b.widths()) for b in blocks)
     width = -(-kept // align) * align
-    cfg = model.config
-    if getattr(cfg, "n_shared_experts", None) and cfg.model_type.startswith("deepseek"):
-        total = cfg.moe_intermediate_size * cfg.n_shared_experts
+    if getattr(config, "n_shared_experts", None) and config.model_type.startswith("deepseek"):
+        total = config.moe_intermediate_size * config.n_shared_experts
         fits = [w for w in range(width, total + 1) if total % w == 0 and w % align == 0]
         fits = fits or [w for w in range(kept, total + 1) if total % w == 0]
         width = fits[0] if fits else width
     return width
+
+
+def common_width(model: nn.Module, align: int = 8) -> int:
+    """`padded_width` for the largest kept expert width of an in-memory model."""
+    blocks = check_moe(model)
+    return padded_width(model.config, max(max(b.widths()) for b in blocks), align)
 
 
 def fuse_experts(model: nn.Module, width: int | None = None) -> nn.Module:

@@ -41,6 +41,7 @@ from lit_iclr.core.hf_moe import (
     check_moe,
     materialize,
     meta_model,
+    padded_width,
     unfuse_experts,
 )
 from lit_iclr.core.tokenizer import load_tokenizer
@@ -223,7 +224,7 @@ def write_pruned(checkpoint: str | Path, model: nn.Module, keep: list[list[torch
     config = model.config
     width = None
     if padded_hf:  # the rule of hf_moe.common_width, applied to the kept widths (the skeleton is still full width)
-        width = _padded_width(config, max(max(w) for w in kept_widths.values()), align)
+        width = padded_width(config, max(max(w) for w in kept_widths.values()), align)
     index, shard = {}, 0
 
     def flush(tensors: dict[str, torch.Tensor]) -> None:
@@ -263,16 +264,6 @@ def write_pruned(checkpoint: str | Path, model: nn.Module, keep: list[list[torch
         if (src / f).exists():
             shutil.copy(src / f, out / f)
     return out
-
-
-def _padded_width(config, kept: int, align: int) -> int:
-    width = -(-kept // align) * align
-    if getattr(config, "n_shared_experts", None) and config.model_type.startswith("deepseek"):
-        total = config.moe_intermediate_size * config.n_shared_experts
-        fits = [w for w in range(width, total + 1) if total % w == 0 and w % align == 0]
-        fits = fits or [w for w in range(kept, total + 1) if total % w == 0]
-        width = fits[0] if fits else width
-    return width
 
 
 def _pad_layer(tensors: dict[str, torch.Tensor], prefix: str, width: int) -> None:
