@@ -22,3 +22,13 @@ def fit_twin(name: str, run_dir: Path, *extra: str, subcommand: str = "fit"):
 def metric_rows(run_dir: Path) -> list[dict[str, str]]:
     with open(Path(run_dir) / "metrics.csv", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def print_config(config: str, capsys) -> str:
+    """The fully resolved YAML that `cli.py fit --config <config> --print_config` prints (it must exit 0)."""
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--config", str(ROOT / config), "--print_config"])
+    assert e.value.code in (0, None)
+    return capsys.readouterr().out

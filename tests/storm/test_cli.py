@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 
 from lit_iclr.cli import main
-from tests.twin import fit_twin, metric_rows
+from tests.twin import fit_twin, metric_rows, print_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,10 +31,7 @@ def test_tiny_twin_fits_through_the_cli(tmp_path):
 
 
 def test_real_config_parses(capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["fit", "--config", str(ROOT / "configs/storm.yaml"), "--print_config"])
-    assert e.value.code == 0
-    out = capsys.readouterr().out
+    out = print_config("configs/storm.yaml", capsys)
     assert "lit_iclr.storm.STORM" in out and "WB2WeatherData" in out and "consistency_weight" in out
     assert "num_channels" not in out  # linked from the data, never written in YAML
 
