@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import importlib
 
-METHODS = ("storm", "reimts", "aire_prune", "vgf", "heapr", "namex")
+METHODS = ("storm", "reimts", "aire_prune", "vgf", "heapr", "namex", "asyncbev", "sooper", "cibm", "three_dcs", "evotest",
+           "stageroute", "ttamer", "wn_sensing", "trajectory_sampler", "model_interactions", "vea", "mosa", "juli")
 
 # Optional dependency -> the extra that installs it, for a clear message when a method's extra is missing.
 EXTRAS = {"gymnasium": "rl", "mujoco": "rl", "ogbench": "rl", "transformers": "llm", "tokenizers": "llm",

