@@ -1,0 +1,48 @@
+"""Small statistics helpers for benchmark tables: mean +- std over seeds and paired 95% confidence intervals."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class PairedCI:
+    """Mean of the paired differences a - b with its two-sided t confidence interval over n pairs."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def significant(self) -> bool:
+        """True when the interval excludes zero."""
+        return self.low > 0 or self.high < 0
+
+    def __str__(self) -> str:
+        tag = "" if self.significant else ", not significant"
+        return f"{self.mean:+.3g} [{self.low:+.3g}, {self.high:+.3g}]{tag}"
+
+
+def paired_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> PairedCI:
+    """Paired t interval of mean(a_i - b_i); `a` and `b` are per-seed results of two methods on the same seeds."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_ci needs two 1-D arrays of equal length, got shapes {a.shape} and {b.shape}")
+    d = a - b
+    n = len(d)
+    mean = float(d.mean())
+    if n < 2:
+        return PairedCI(mean, float("-inf"), float("inf"), n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / np.sqrt(n))
+    return PairedCI(mean, mean - half, mean + half, n)
+
+
+def mean_std(values: Sequence[float], digits: int = 3) -> str:
+    """'mean +- std' (sample std) with `digits` significant digits, for a table cell."""
+    v = np.asarray(values, dtype=float)
+    std = v.std(ddof=1) if len(v) > 1 else 0.0
+    return f"{v.mean():.{digits}g} +- {std:.2g}"
