@@ -9,7 +9,7 @@ from lit_iclr.core.stats import mean_std, paired_ci
 def test_paired_ci_matches_scipy_ttest_rel():
     rng = np.random.default_rng(0)
     a = rng.normal(1.0, 1.0, 7)
-    b = a - rng.normal(0.3, 0.2, 7)
+    b = a - rng.normal(0.5, 0.1, 7)
     ci = paired_ci(a, b)
     ref = stats.ttest_rel(a, b).confidence_interval(0.95)
     assert np.isclose(ci.low, ref.low) and np.isclose(ci.high, ref.high) and np.isclose(ci.mean, (a - b).mean())
