@@ -1,0 +1,126 @@
+"""T-Tamer: recall vs no-recall exit policies on the synthetic family and on real exit tables.
+
+    .venv/bin/python benchmarks/ttamer.py              # both exit tables (trained once into data/), 5 re-splits
+    .venv/bin/python benchmarks/ttamer.py --quick      # synthetic family + the nested table, 2 re-splits
+
+1. The doubling family (policies/synthetic.py): optimal no-recall / optimal recall objective as the number of stages
+   grows, from the dynamic programs, checked against brute force over every stopping rule where that is feasible.
+2. Real exit tables (a multi-exit timm network and a cascade of timm models trained on Fashion-MNIST): every policy's
+   mean accuracy over the cost range (area under its accuracy-cost hull / range), on `--splits` random re-splits of
+   the 10,000 exit rows into calibration and test halves (the networks are trained once: the seeds are the splits).
+3. Speed: policy fit time and per-query decision time vs the threshold rule.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from lit_iclr.core.stats import mean_std, paired_ci
+from lit_iclr.ttamer import ExitPolicies, ExitTableData
+from lit_iclr.ttamer.curves import mean_accuracy
+from lit_iclr.ttamer.exits import ExitTable, overthinking_rate
+from lit_iclr.ttamer.policies import dp_policy, expected_value, threshold_policy
+from lit_iclr.ttamer.synthetic import doubling_instance, enumerate_optimum
+
+
+def synthetic_table() -> None:
+    print("## No-recall vs recall optimum on the doubling family (lambda = 1, cost 1e-3 per stage)\n")
+    print("| stages S | recall optimum | no-recall optimum | ratio | 2/(S+1) | brute force agrees |")
+    print("|---|---|---|---|---|---|")
+    for s in (2, 3, 4, 8, 16, 32):
+        model = doubling_instance(s, eps=1e-3 * 2.0 ** -(s - 1))   # costs scaled with the values
+        r, n = expected_value(model, 1.0, True), expected_value(model, 1.0, False)
+        check = "-"
+        if s <= 4:
+            ok = abs(enumerate_optimum(model, 1.0, True) - r) < 1e-12 and abs(enumerate_optimum(model, 1.0, False) - n) < 1e-12
+            check = "yes" if ok else "NO"
+        print(f"| {s} | {r:.4g} | {n:.4g} | {n / r:.4f} | {2 / (s + 1):.4f} | {check} |")
+
+
+def resplit(cal: ExitTable, test: ExitTable, seed: int) -> tuple[ExitTable, ExitTable]:
+    logits, labels = torch.cat([cal.logits, test.logits]), torch.cat([cal.labels, test.labels])
+    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    half = len(labels) // 2
+    pick = lambda idx: ExitTable(logits[idx], labels[idx], cal.cost, cal.kind, cal.latency)  # noqa: E731
+    return pick(perm[:half]), pick(perm[half:])
+
+
+def real_table(source: str, splits: int) -> None:
+    dm = ExitTableData(source=source)
+    dm.prepare_data()
+    dm.setup("fit")
+    nested = source == "nested"
+    print(f"\n## {source} exit table ({', '.join(dm.backbones)}; {dm.stages} stages, stage costs "
+          f"{', '.join(f'{c:.3g}' for c in dm.calibration.cost.tolist())} x stage 1's FLOPs)\n")
+    correct = torch.cat([dm.calibration.correct(), dm.test.correct()])
+    print(f"Accuracy per stage: {', '.join(f'{a:.3f}' for a in correct.float().mean(0).tolist())}; "
+          f"any stage right: {correct.any(1).float().mean():.3f}; overthinking (a later stage wrong where an earlier "
+          f"one was right): {overthinking_rate(dm.test):.3f} of test queries\n")
+    results: dict[str, list[float]] = {}
+    for seed in range(splits):
+        cal, test = resplit(dm.calibration, dm.test, seed)
+        m = ExitPolicies(stages=dm.stages)
+        m.fit_policies(cal.logits, cal.labels, cal.cost)
+        curves = m.curves(test.logits, test.labels, nested)
+        lo, hi = float(cal.cost[0]), float(cal.cost.sum())
+        for k, v in curves.items():
+            results.setdefault(k, []).append(mean_accuracy(v, lo, hi))
+    print("| policy | mean accuracy over the cost range (area / range) |")
+    print("|---|---|")
+    for k, v in results.items():
+        print(f"| {k} | {mean_std(v, 4)} |")
+    print(f"\nrecall - no-recall (paired over {splits} splits, 95% CI): {paired_ci(results['recall'], results['no_recall'])}")
+    print(f"recall - threshold: {paired_ci(results['recall'], results['threshold'])}")
+    print(f"no-recall - threshold: {paired_ci(results['no_recall'], results['threshold'])}")
+    if not nested:
+        print(f"pandora - recall (fixed order): {paired_ci(results['pandora'], results['recall'])}")
+
+
+def speed() -> None:
+    dm = ExitTableData(source="nested")
+    dm.prepare_data()
+    dm.setup("fit")
+    m = ExitPolicies(stages=dm.stages)
+    t0 = time.perf_counter()
+    m.fit_policies(dm.calibration.logits, dm.calibration.labels, dm.calibration.cost)
+    fit = time.perf_counter() - t0
+    from lit_iclr.ttamer.calibrate import calibrated_probs
+    probs = calibrated_probs(dm.test.logits, m.temperatures)
+    bins = m._bins(probs)
+    conf = probs.max(-1).values
+    model = m.markov()
+    reps = 20
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dp_policy(model, bins, 0.01, True)
+    t_dp = (time.perf_counter() - t0) / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        threshold_policy(conf, model.cost, 0.9)
+    t_th = (time.perf_counter() - t0) / reps
+    n = len(bins)
+    print(f"\n## Speed\n\nFit (temperatures, Markov model, recall stop tables) on {len(dm.calibration.labels)} queries: "
+          f"{fit * 1000:.0f} ms. Recall DP policy (solve + decide, all {n} test queries at once): {t_dp * 1e6 / n:.2f} us "
+          f"per query, {t_dp / t_th:.1f}x the threshold rule ({t_th * 1e6 / n:.3f} us per query).")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--splits", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    np.set_printoptions(precision=4)
+    synthetic_table()
+    splits = 2 if args.quick else args.splits
+    real_table("nested", splits)
+    if not args.quick:
+        real_table("cascade", splits)
+    speed()
+
+
+if __name__ == "__main__":
+    main()

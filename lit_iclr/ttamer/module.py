@@ -1,0 +1,159 @@
+"""T-Tamer as a LightningModule: fit exit policies on a calibration exit table, score them on the test table.
+
+Fitting (one training step over the calibration split, no gradients): per-stage temperatures, signal bins, the Markov
+model of the stages (bin values q_k(b), first-stage bins, transitions) and each stage's bin marginal, all kept in
+buffers so a checkpoint holds the fitted policies. Validation/test sweeps the latency weight lambda for every policy
+(and the threshold tau for the heuristic) and logs the area under each accuracy-cost curve.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lit_iclr.core import BaseModule
+from lit_iclr.core.errors import ConfigError
+from lit_iclr.core.figures import log_figure, plt
+
+from .calibrate import SIGNALS, calibrated_probs, expected_calibration_error, fit_temperatures, signal
+from .curves import mean_accuracy, upper_hull
+from .policies import MarkovModel, dp_policy, oracle_policy, pandora_policy, reservation_values, threshold_policy
+
+POLICIES = ("threshold", "no_recall", "recall", "pandora", "oracle")
+
+
+class ExitPolicies(BaseModule):
+    """Confidence threshold, optimal no-recall and recall stopping (backward induction), Pandora's-box index, oracle."""
+
+    def __init__(self, stages: int, bins: int = 15, signal_kind: str = "confidence", value: str = "calibrated",
+                 smoothing: float = 1.0, prior_weight: float = 5.0, lambdas: list[float] | None = None,
+                 thresholds: list[float] | None = None):
+        """
+        Args:
+            stages: Number of exits / cascade members (linked from the data).
+            bins: B, bins of the stage signal in the Markov model.
+            signal_kind: What a policy observes after a stage: `confidence`, `margin` or `entropy` (of calibrated probs).
+            value: Value of an answer: `calibrated` (temperature-scaled confidence, mean per bin) or `empirical`
+                (the bin's accuracy on the calibration split).
+            smoothing: Laplace count added to every transition cell and first-stage bin.
+            prior_weight: Pseudo-queries shrinking each recall stop value (calibration accuracy of the best-so-far
+                answer in a state) toward its model value; 0 uses the raw accuracies.
+            lambdas: Latency weights swept to draw the DP/Pandora/oracle curves (cost in units of stage 1's cost);
+                null: 100 values log-spaced in [1e-4, 10].
+            thresholds: Confidence thresholds swept for the heuristic; null: 101 values in [0, 1].
+        """
+        super().__init__()
+        if signal_kind not in SIGNALS:
+            raise ConfigError(f"model.init_args.signal_kind must be one of {SIGNALS}, got {signal_kind!r}")
+        if value not in ("calibrated", "empirical"):
+            raise ConfigError(f"model.init_args.value must be 'calibrated' or 'empirical', got {value!r}")
+        if stages < 2:
+            raise ConfigError(f"exit policies need at least 2 stages, the data has {stages}")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.lambdas = list(lambdas) if lambdas is not None else np.logspace(-4, 1, 100).tolist()
+        self.thresholds = list(thresholds) if thresholds is not None else np.linspace(0.0, 1.0, 101).tolist()
+        self.register_buffer("temperatures", torch.ones(stages))
+        self.register_buffer("q", torch.zeros(stages, bins, dtype=torch.float64))
+        self.register_buffer("p0", torch.zeros(bins, dtype=torch.float64))
+        self.register_buffer("trans", torch.zeros(stages - 1, bins, bins, dtype=torch.float64))
+        self.register_buffer("cost", torch.ones(stages, dtype=torch.float64))
+        self.register_buffer("marginal", torch.zeros(stages, bins, dtype=torch.float64))
+        levels = stages * bins + 1
+        self.register_buffer("stop_value", torch.zeros(stages, bins, levels, dtype=torch.float64))
+        self.register_buffer("answer_current", torch.zeros(stages, bins, levels, dtype=torch.bool))
+        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+
+    def configure_optimizers(self):
+        return None
+
+    def _bins(self, probs: torch.Tensor) -> torch.Tensor:
+        s = signal(probs, self.hparams.signal_kind)
+        return (s * self.hparams.bins).long().clamp(0, self.hparams.bins - 1)
+
+    def markov(self) -> MarkovModel:
+        return MarkovModel(self.q, self.p0, self.trans, self.cost, self.stop_value, self.answer_current)
+
+    def fit_policies(self, logits: torch.Tensor, labels: torch.Tensor, cost: torch.Tensor) -> None:
+        """Temperatures, bins and the Markov model from the calibration table."""
+        if logits.shape[1] != self.hparams.stages:
+            raise ConfigError(f"the exit table has {logits.shape[1]} stages, the model was built for {self.hparams.stages}")
+        self.temperatures.copy_(fit_temperatures(logits, labels))
+        probs = calibrated_probs(logits, self.temperatures)
+        bins = self._bins(probs)
+        correct = (probs.argmax(-1) == labels[:, None]).double()
+        values = probs.max(-1).values.double() if self.hparams.value == "calibrated" else correct
+        model = MarkovModel.estimate(bins, values, cost, self.hparams.bins, self.hparams.smoothing,
+                                     correct=correct.bool(), prior_weight=self.hparams.prior_weight)
+        self.q.copy_(model.q)
+        self.p0.copy_(model.p0)
+        self.trans.copy_(model.trans)
+        self.cost.copy_(model.cost)
+        self.stop_value.copy_(model.stop_value)
+        self.answer_current.copy_(model.answer_current)
+        hist = torch.stack([torch.bincount(bins[:, k], minlength=self.hparams.bins) for k in range(bins.shape[1])])
+        self.marginal.copy_(hist.double() / hist.sum(1, keepdim=True))
+        self.fitted.fill_(True)
+
+    def training_step(self, batch, batch_idx: int) -> None:
+        self.fit_policies(batch["logits"], batch["labels"], batch["cost"])
+
+    def curves(self, logits: torch.Tensor, labels: torch.Tensor, nested: bool) -> dict[str, list[tuple[float, float]]]:
+        """[(mean cost, accuracy)] per policy over the lambda / tau sweeps, on one table."""
+        probs = calibrated_probs(logits, self.temperatures)
+        bins = self._bins(probs)
+        correct = probs.argmax(-1) == labels[:, None]
+        conf = probs.max(-1).values
+        model = self.markov()
+        out: dict[str, list[tuple[float, float]]] = {p: [] for p in POLICIES}
+        for tau in self.thresholds:
+            out["threshold"].append(tuple(reversed(threshold_policy(conf, self.cost, tau).summary(correct))))
+        for lam in self.lambdas:
+            for name, recall in (("no_recall", False), ("recall", True)):
+                out[name].append(tuple(reversed(dp_policy(model, bins, lam, recall).summary(correct))))
+            out["oracle"].append(tuple(reversed(oracle_policy(correct, self.cost, lam, nested).summary(correct))))
+            if not nested:  # a cascade's order is free: Weitzman's index policy on the bin marginals
+                sigma = self.reservation(lam)
+                values = self.q[torch.arange(self.q.shape[0])[None, :], bins]
+                out["pandora"].append(tuple(reversed(pandora_policy(values, self.cost, sigma).summary(correct))))
+        if nested:
+            del out["pandora"]
+        return out
+
+    def reservation(self, lam: float) -> torch.Tensor:
+        """sigma_i from each stage's calibration distribution of answer values (bin values weighted by the marginal)."""
+        return reservation_values(self.q.T, self.cost, lam, weights=self.marginal.T)
+
+    def _evaluate(self, batch, prefix: str) -> None:
+        if not bool(self.fitted):
+            raise ConfigError("the exit policies are not fitted: run `fit` first or pass --ckpt_path of a fitted run")
+        logits, labels = batch["logits"], batch["labels"]
+        nested = self.trainer.datamodule.source == "nested" if self._trainer is not None else True
+        curves = self.curves(logits, labels, nested)
+        lo, hi = float(self.cost[0]), float(self.cost.sum())
+        metrics = {f"{prefix}/auc_{k}": mean_accuracy(v, lo, hi) for k, v in curves.items()}
+        metrics[f"{prefix}/auc_gap_recall_vs_no_recall"] = metrics[f"{prefix}/auc_recall"] - metrics[f"{prefix}/auc_no_recall"]
+        metrics[f"{prefix}/auc_gap_recall_vs_threshold"] = metrics[f"{prefix}/auc_recall"] - metrics[f"{prefix}/auc_threshold"]
+        correct = logits.argmax(-1) == labels[:, None]
+        metrics[f"{prefix}/acc_last_stage"] = float(correct[:, -1].float().mean())
+        metrics[f"{prefix}/acc_any_stage"] = float(correct.any(1).float().mean())
+        ece = expected_calibration_error(calibrated_probs(logits, self.temperatures), labels)
+        metrics[f"{prefix}/ece_calibrated"] = float(ece.mean())
+        self.log_dict(metrics, batch_size=1)
+        self._figure(curves, prefix)
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _figure(self, curves, prefix: str) -> None:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for name, pts in curves.items():
+            hull = upper_hull(pts)
+            ax.plot(hull[:, 0], hull[:, 1], label=name, marker=".", ms=3)
+        ax.set_xlabel("expected cost (units of stage 1)")
+        ax.set_ylabel("accuracy")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        log_figure(self, f"{prefix}/tradeoff", fig)
