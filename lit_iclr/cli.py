@@ -1,9 +1,10 @@
 """The one CLI: `python cli.py {fit,validate,test,predict,prepare,hub} --config configs/<method>.yaml`.
 
 LightningCLI in subclass mode over `BaseModule` / `BaseDataModule`: a method is chosen by its short class name or by a
-config. On top of Lightning's CLI this adds run folders keyed by SLURM job id, `ModelCheckpoint(save_last=True)`,
-CSV + TensorBoard loggers, `--ckpt_path last` that finds the newest run, a SLURM pre-flight check, the `prepare` and `hub`
-subcommands, and short error messages instead of tracebacks for mistakes a user can fix.
+config. On top of Lightning's CLI this adds run folders keyed by SLURM job id (created atomically, with a config.yaml
+written once), `ModelCheckpoint(save_last=True)`, CSV + TensorBoard loggers, `--ckpt_path last` that continues the newest
+run of the same model and data (and fails when there is none), a SLURM pre-flight check, the `prepare` and `hub`
+subcommands, an end-of-run summary, and short error messages instead of tracebacks for mistakes a user can fix.
 """
 from __future__ import annotations
 
@@ -20,24 +21,32 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from . import registry
 from .core.data import BaseDataModule
+from .core.dist_ckpt import is_distributed_checkpoint
 from .core.errors import CheckpointError, ConfigError, LitIclrError
 from .core.hub import read_checkpoint
 from .core.module import BaseModule
 from .core.progress import LineProgressBar, use_line_progress
-from .core.runs import resolve_run_dir
+from .core.runs import CKPT_KEYWORDS, resolve_run_dir
 from .core.slurm import check_slurm_matches_trainer
+from .core.summary import print_summary, shape_error
 from .core.trainer import Trainer
 
 DESCRIPTION = ("lit-iclr: ICLR 2026 methods as Lightning modules. `cli.py <subcommand> --config configs/<method>.yaml`; "
                "`cli.py prepare` makes/checks data only; `cli.py hub {export,upload,download}` shares checkpoints.")
 
 
-class RequeueSafeSaveConfig(SaveConfigCallback):
-    """Writes `config.yaml` into the run folder; a requeued job restarting in the same folder overwrites it."""
+class WriteOnceConfig(SaveConfigCallback):
+    """Writes `config.yaml` into a new run folder once; a resumed or requeued run keeps the first one (its compatibility
+    was checked before anything was instantiated, and tolerated changes are recorded in run_info.json)."""
 
     def __init__(self, *args, **kwargs):
         kwargs["overwrite"] = True
         super().__init__(*args, **kwargs)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if (Path(trainer.log_dir or trainer.default_root_dir) / self.config_filename).exists():
+            return
+        super().setup(trainer, pl_module, stage)
 
 
 def collect_links() -> list[tuple[str, str]]:
@@ -66,9 +75,10 @@ class LitIclrCLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             trainer_class=Trainer,
-            save_config_callback=RequeueSafeSaveConfig,
+            save_config_callback=WriteOnceConfig,
             seed_everything_default=0,
-            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION},
+            # allow_abbrev=False: `--trainer.max_epoch` is an error, not silently `max_epochs`
+            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION, "allow_abbrev": False},
             args=args,
             run=run,
             **kwargs,
@@ -90,6 +100,11 @@ class LitIclrCLI(LightningCLI):
         """Refuse a checkpoint of another model class before Lightning copies its hyperparameters into the config."""
         sub = self.config.get("subcommand")
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt_path and is_distributed_checkpoint(ckpt_path):  # an FSDP2 folder: Lightning reads it itself
+            return super()._parse_ckpt_path()
+        if ckpt_path and ckpt_path not in CKPT_KEYWORDS and not Path(ckpt_path).is_file():
+            raise CheckpointError(ckpt_path, "no such checkpoint file",
+                                  "pass an existing .ckpt (e.g. runs/<config>/<run>/checkpoints/last.ckpt) or `last`")
         if ckpt_path and Path(ckpt_path).is_file():
             saved = read_checkpoint(ckpt_path).get("lit_iclr_class")
             wanted = self.config[sub]["model"]["class_path"]
@@ -107,8 +122,10 @@ class LitIclrCLI(LightningCLI):
             trainer["logger"] = False
             return
         config_files = [str(p) for p in (cfg.get("config") or [])]
-        run_dir = resolve_run_dir(trainer.get("default_root_dir"), config_files, resume=cfg.get("ckpt_path") == "last")
+        run_dir, changes = resolve_run_dir(trainer.get("default_root_dir"), config_files,
+                                           resume=cfg.get("ckpt_path") == "last", current=self._resolved_config(cfg))
         trainer["default_root_dir"] = str(run_dir)
+        self.run_dir = run_dir
         logger = trainer.get("logger")
         if logger in (None, True):
             # Loggers write straight into the run folder, so checkpoints land in <run>/checkpoints.
@@ -121,10 +138,32 @@ class LitIclrCLI(LightningCLI):
         else:
             _replace_run_dir(logger, str(run_dir))
         callbacks = list(trainer.get("callbacks") or [])
-        callbacks.append({"class_path": "lit_iclr.core.runinfo.RunInfo", "init_args": {"run_dir": str(run_dir)}})
+        callbacks.append({"class_path": "lit_iclr.core.runinfo.RunInfo",
+                          "init_args": {"run_dir": str(run_dir), "config_changes": changes}})
         if use_line_progress() and trainer.get("enable_progress_bar", True) is not False:
             callbacks.append({"class_path": f"{LineProgressBar.__module__}.LineProgressBar"})
         trainer["callbacks"] = callbacks
+
+    def _resolved_config(self, cfg) -> dict:
+        """The config as `config.yaml` will hold it (YAML-loaded), to compare with a run folder's saved one."""
+        import yaml
+
+        parser = self._parser(self.subcommand)
+        try:
+            return yaml.safe_load(parser.dump(cfg, skip_none=False, skip_validation=True)) or {}
+        except Exception:  # noqa: BLE001 - a config jsonargparse cannot dump is checked by nothing rather than refused
+            return {}
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except RuntimeError as e:
+            error = shape_error(e, self.model, self.datamodule, getattr(self.trainer, "global_step", 1))
+            if error is None:
+                raise
+            raise error from e
+        if subcommand in ("fit", "validate", "test"):
+            print_summary(self.trainer, self.model, subcommand)
 
 
 def _replace_run_dir(node: Any, run_dir: str) -> None:

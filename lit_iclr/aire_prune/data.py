@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, DatasetNotFoundError
 from lit_iclr.core.idx import FASHION_MNIST_DIR, load_fashion_mnist
+from lit_iclr.core.loader import ResumableDataLoader
 
 from .listops import NUM_CLASSES, VOCAB, generate_split_files, read_listops_tsv
 
@@ -62,7 +63,9 @@ class _SeqDataModule(BaseDataModule):
                           collate_fn=self.collate)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, True)
+        # resumable: `--ckpt_path last` continues mid-epoch on the same batches (seeded by seed_everything)
+        return ResumableDataLoader(self.train_set, batch_size=self.batch_size, shuffle=True,
+                                   num_workers=self.num_workers, collate_fn=self.collate)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, False)
@@ -158,6 +161,7 @@ class ListOpsData(_SeqDataModule):
 
     default_name = "listops"
     default_version = 1
+    content_options = ("num_train", "num_val", "num_test", "max_depth", "max_args", "min_length", "max_length", "seed")
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 64, num_workers: int = 0,
                  num_train: int = 10000, num_val: int = 1000, num_test: int = 1000, max_depth: int = 6,
@@ -193,7 +197,7 @@ class ListOpsData(_SeqDataModule):
         # The generator's settings are part of the folder name, so changing them never reads stale files.
         tag = (f"{self.num_train}-{self.num_val}-{self.num_test}-d{self.max_depth}-a{self.max_args}"
                f"-l{self.min_length}-{self.max_length}-s{self.seed}")
-        return Path(self.data_dir) / f"{self.default_name}-v{self.default_version}-{tag}"
+        return self.generated_path(f"{self.default_name}-v{self.default_version}-{tag}")
 
     def generate_default(self, out_dir: Path) -> None:
         generate_split_files(out_dir, self.num_train, self.num_val, self.num_test, self.max_depth, self.max_args,

@@ -14,6 +14,7 @@ The reader, like the S4/S5 loaders, drops the parentheses and maps each remainin
 from __future__ import annotations
 
 import csv
+import io
 import random
 from pathlib import Path
 
@@ -129,7 +130,16 @@ def read_listops_tsv(path: str | Path, max_len: int | None = None) -> tuple[list
         raise DatasetNotFoundError(path, "ListOps tsv not found",
                                    "set `root` to the folder holding basic_{train,val,test}.tsv, or null to generate")
     seqs, targets = [], []
-    with open(path, newline="") as f:
+    raw = path.read_bytes()
+    if b"\0" in raw[:4096]:  # gzip, npz, a model file ...: decoding would fail with a traceback or read garbage
+        raise DatasetFormatError(path, "is a binary file, not a ListOps tsv",
+                                 "point `root` at LRA's basic_{train,val,test}.tsv (decompress .gz files first)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetFormatError(path, f"is not UTF-8 text ({e.reason} at byte {e.start})",
+                                 "point `root` at LRA's ListOps tsv files") from e
+    with io.StringIO(text, newline="") as f:
         header = f.readline().rstrip("\r\n")
         if header.split("\t") != ["Source", "Target"]:
             raise DatasetFormatError(f"{path}:1", f"header is {header[:60]!r}, expected 'Source<TAB>Target'",

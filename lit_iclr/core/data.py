@@ -2,15 +2,66 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 import shutil
+import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import lightning as L
 
-from .errors import DatasetNotFoundError
+from .errors import ConfigError, DatasetNotFoundError
+
+STALE_FOREIGN_SECONDS = 24 * 3600  # a temporary folder of another host is removed only when this old
+
+
+def _tmp_tag() -> str:
+    return f"{socket.gethostname().split('.')[0]}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_tmp(final: str | Path) -> list[Path]:
+    """Remove `.<name>.tmp-[<host>-]<pid>` siblings of `final` left by a killed process (SIGKILL runs no cleanup).
+
+    A folder of this host is stale when its process is gone; one of another host (shared file system) when it is older
+    than a day. Returns what was removed.
+    """
+    final = Path(final)
+    pattern = re.compile(rf"^\.{re.escape(final.name)}\.tmp-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
+    here = socket.gethostname().split(".")[0]
+    removed = []
+    if not final.parent.is_dir():
+        return removed
+    for p in final.parent.iterdir():
+        m = pattern.match(p.name)
+        if m is None:
+            continue
+        host, pid = m.group("host") or here, int(m.group("pid"))
+        if host == here:
+            stale = pid != os.getpid() and not _alive(pid)
+        else:
+            try:
+                stale = time.time() - p.stat().st_mtime > STALE_FOREIGN_SECONDS
+            except FileNotFoundError:
+                continue
+        if stale:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 @contextlib.contextmanager
@@ -21,7 +72,8 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     half-written dataset: it regenerates instead.
     """
     final = Path(final)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    clean_stale_tmp(final)
+    tmp = final.with_name(f".{final.name}.tmp-{_tmp_tag()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -50,13 +102,17 @@ class BaseDataModule(L.LightningDataModule):
     """Base of every method's DataModule (the CLI's `data` root class).
 
     Subclasses set `default_name` (folder under `data_dir`), bump `default_version` whenever the generator's output
-    changes, and implement `generate_default(out_dir)`, which writes the default dataset in the paper's real format.
+    changes, list in `content_options` every init argument that changes what the generator writes (the folder name
+    carries a hash of their values, so two configs sharing a `data_dir` never read each other's data), and implement
+    `generate_default(out_dir)`, which writes the default dataset in the paper's real format.
     Sizes the model needs (number of variables, action dim ...) are attributes set in `__init__` (cheaply, without reading
     the data when possible) and named in `model_links`, never written twice in YAML.
     """
 
     default_name: ClassVar[str] = ""
     default_version: ClassVar[int] = 1
+    # init arguments (attributes of the same name) that shape the generated default's content
+    content_options: ClassVar[tuple[str, ...]] = ()
     # Sizes the data decides, passed to the model at instantiation: {datamodule attribute: model init argument}.
     model_links: ClassVar[dict[str, str]] = {}
 
@@ -69,6 +125,10 @@ class BaseDataModule(L.LightningDataModule):
             num_workers: DataLoader worker processes.
         """
         super().__init__()
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ConfigError(f"data.init_args.batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ConfigError(f"data.init_args.num_workers must be >= 0, got {num_workers!r}")
         self.root = root
         self.data_dir = data_dir
         self.batch_size = batch_size
@@ -79,7 +139,18 @@ class BaseDataModule(L.LightningDataModule):
         """Where the data is read from: `root`, or the versioned default under `data_dir`."""
         if self.root is not None:
             return Path(self.root).expanduser()
-        return Path(self.data_dir) / f"{self.default_name}-v{self.default_version}"
+        return self.generated_path(f"{self.default_name}-v{self.default_version}")
+
+    def content_key(self) -> str:
+        """Hash of the class, `default_version` and every `content_options` value (10 hex digits)."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in self.content_options}
+        blob = json.dumps({"class": f"{type(self).__module__}.{type(self).__qualname__}",
+                           "version": self.default_version, "options": values}, sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+    def generated_path(self, stem: str) -> Path:
+        """`data_dir/<stem>-<content_key>`: a readable stem, keyed by everything that shapes the content."""
+        return Path(self.data_dir) / (f"{stem}-{self.content_key()}" if self.content_options else stem)
 
     def prepare_data(self) -> None:
         """Generate the default dataset (rank 0 only, atomically) or check that `root` exists."""

@@ -2,12 +2,15 @@
 
 A hub folder holds `config.yaml` (the model's class and init arguments, plus the run's full config under `run`),
 `model.safetensors` (weights only, no pickle) and `README.md` (a model card with the exact command, git sha, package
-versions and final metrics). Loading never unpickles: weights come through safetensors and arguments through YAML.
+versions, final metrics, and the SHA-256 of the other two files in its front matter). Loading never unpickles: weights
+come through safetensors and arguments through YAML; the checksums are verified and the model class must live in
+`lit_iclr.` (or a prefix the user trusts through LIT_ICLR_TRUSTED_MODULES) before any module is imported.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import importlib
 import json
 import os
@@ -19,6 +22,7 @@ import torch
 import yaml
 
 from .data import atomic_dir
+from .dist_ckpt import is_distributed_checkpoint, read_distributed_checkpoint
 from .errors import CheckpointError, LitIclrError
 from .module import BaseModule, class_path
 from .runinfo import git_sha, package_versions
@@ -27,6 +31,8 @@ from .runinfo import git_sha, package_versions
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A Lightning checkpoint loaded with `weights_only=True`, or a `CheckpointError` that says what is wrong."""
     path = Path(path)
+    if is_distributed_checkpoint(path):  # a sharded FSDP2 checkpoint folder: consolidated into full tensors
+        return read_distributed_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(path, "no such checkpoint file", "pass the path of a .ckpt file (e.g. <run>/checkpoints/last.ckpt)")
     try:
@@ -53,14 +59,60 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def _model_card(model_cfg: dict, info: dict, metrics: dict[str, float], source: Path) -> str:
+HASHED_FILES = ("model.safetensors", "config.yaml")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def trusted_prefixes() -> tuple[str, ...]:
+    extra = [p.strip() for p in os.environ.get("LIT_ICLR_TRUSTED_MODULES", "").split(",") if p.strip()]
+    return ("lit_iclr.", *(p if p.endswith(".") else p + "." for p in extra))
+
+
+def card_checksums(card: Path) -> dict[str, str]:
+    """The `sha256:` mapping in the model card's YAML front matter ({} when there is none)."""
+    text = card.read_text() if card.is_file() else ""
+    if not text.startswith("---"):
+        return {}
+    try:
+        front = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return {}
+    sums = front.get("sha256") if isinstance(front, dict) else None
+    return {str(k): str(v) for k, v in sums.items()} if isinstance(sums, dict) else {}
+
+
+def verify_folder(folder: Path) -> None:
+    """Raise `CheckpointError` unless model.safetensors and config.yaml match the SHA-256 recorded in README.md."""
+    sums = card_checksums(folder / "README.md")
+    if not sums:
+        raise CheckpointError(folder / "README.md", "records no SHA-256 of model.safetensors and config.yaml",
+                              "load folders written by `cli.py hub export` (re-export older ones)")
+    for name in HASHED_FILES:
+        f = folder / name
+        if not f.is_file():
+            raise CheckpointError(f, "is missing from the hub folder", "download or export the folder again")
+        if sha256(f) != sums.get(name):
+            raise CheckpointError(f, "does not match the SHA-256 in README.md (truncated, corrupted or modified)",
+                                  "download or export the folder again")
+
+
+def _model_card(model_cfg: dict, info: dict, metrics: dict[str, float], source: Path,
+                sums: dict[str, str] | None = None) -> str:
     metric_rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in sorted(metrics.items())) or "| (none logged) | |"
     versions = "\n".join(f"- {k}: {v}" for k, v in info.get("versions", package_versions()).items())
     name = model_cfg["class_path"].rsplit(".", 1)[-1]
     return f"""---
 library_name: lit-iclr
 tags: [lit-iclr, pytorch-lightning, {name.lower()}]
----
+sha256:
+{"".join(f"  {k}: {v}{chr(10)}" for k, v in (sums or {}).items())}---
 # {name}
 
 Trained with lit-iclr. Load it with:
@@ -116,7 +168,8 @@ def export(ckpt_path: str | Path, out_dir: str | Path) -> Path:
         state = {k: v.detach().contiguous().clone() for k, v in ckpt["state_dict"].items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"class_path": cls})
         (tmp / "config.yaml").write_text(yaml.safe_dump({"model": model_cfg, "run": run_cfg}, sort_keys=False))
-        (tmp / "README.md").write_text(_model_card(model_cfg, info, final_metrics(run_dir), ckpt_path))
+        sums = {name: sha256(tmp / name) for name in HASHED_FILES}
+        (tmp / "README.md").write_text(_model_card(model_cfg, info, final_metrics(run_dir), ckpt_path, sums))
     return out_dir
 
 
@@ -149,16 +202,27 @@ def load_model(folder_or_repo: str | Path, revision: str | None = None) -> BaseM
     cfg_file = folder / "config.yaml"
     if not cfg_file.exists():
         raise CheckpointError(cfg_file, "hub folder has no config.yaml", "point at a folder written by `hub export`")
-    model_cfg = yaml.safe_load(cfg_file.read_text())["model"]
-    module_name, _, cls_name = model_cfg["class_path"].rpartition(".")
-    cls = getattr(importlib.import_module(module_name), cls_name)
+    verify_folder(folder)
+    model_cfg = (yaml.safe_load(cfg_file.read_text()) or {}).get("model") or {}
+    path = str(model_cfg.get("class_path", ""))
+    # nothing is imported before the class is known to be a lit-iclr model: importing runs a module's code
+    if not path.startswith(trusted_prefixes()):
+        raise CheckpointError(cfg_file, f"names the class {path!r}, which is not a lit-iclr model (lit_iclr.*)",
+                              "load only lit-iclr exports (to trust another package, add its prefix to "
+                              "LIT_ICLR_TRUSTED_MODULES)")
+    module_name, _, cls_name = path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, BaseModule)):
-        raise CheckpointError(cfg_file, f"{model_cfg['class_path']} is not a lit-iclr model", "use a lit-iclr export")
+        raise CheckpointError(cfg_file, f"{path} is not a lit-iclr model", "use a lit-iclr export")
     model = cls(**model_cfg.get("init_args", {}))
     model.configure_model()
     from safetensors.torch import load_file
 
-    state = load_file(str(folder / "model.safetensors"))
+    try:
+        state = load_file(str(folder / "model.safetensors"))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for truncated/garbled headers
+        raise CheckpointError(folder / "model.safetensors", f"cannot be read as safetensors ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:160] if str(e) else ''})", "download or export the folder again") from e
     model.on_load_checkpoint({"state_dict": state, "lit_iclr_class": class_path(cls), "_path": str(folder)})
     model.load_state_dict(state, strict=True)
     return model.eval()

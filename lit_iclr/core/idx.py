@@ -47,7 +47,8 @@ def read_idx(path: str | Path) -> np.ndarray:
 
 
 def load_fashion_mnist(root: str | Path = FASHION_MNIST_DIR, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
-    """Images (N, 28, 28) uint8 and labels (N,) int64 of the `train` or `test` split, from `.gz` or plain IDX files."""
+    """Images (N, 28, 28) uint8 and labels (N,) int64 in 0..9 of the `train` or `test` split, from `.gz` or plain IDX
+    files."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     prefix = "train" if split == "train" else "t10k"
@@ -61,7 +62,12 @@ def load_fashion_mnist(root: str | Path = FASHION_MNIST_DIR, split: str = "train
                                    "`apt-get install dataset-fashion-mnist` (the setup command does this) or set `root`")
 
     images = read_idx(find(f"{prefix}-images-idx3-ubyte"))
-    labels = read_idx(find(f"{prefix}-labels-idx1-ubyte"))
+    label_file = find(f"{prefix}-labels-idx1-ubyte")
+    labels = read_idx(label_file)
+    if labels.size and (labels.min() < 0 or labels.max() >= len(FASHION_MNIST_CLASSES)):
+        bad = int(np.flatnonzero((labels < 0) | (labels >= len(FASHION_MNIST_CLASSES)))[0])
+        raise DatasetFormatError(label_file, f"label {int(labels[bad])} at index {bad} is outside 0..9 (the 10 classes)",
+                                 "use Fashion-MNIST's label file (or re-download it)")
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise DatasetFormatError(root, f"images {images.shape} and labels {labels.shape} do not match",
                                  "use the image and label files of the same split")

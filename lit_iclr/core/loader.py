@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
@@ -91,6 +93,12 @@ class ResumableDataLoader(DataLoader):
 class LoaderPosition(Callback):
     """Tells resumable training loaders how many batches of the epoch have been trained on."""
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        # Lightning hands the saved loader position over only while it creates the training loader, after restoring
+        # the checkpoint. A module that reads `trainer.estimated_stepping_batches` in `configure_optimizers` makes it
+        # create the loader before the restore, and the position would be dropped: hand it over now.
+        trainer.fit_loop._load_combined_loader_states()
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         loader = trainer.train_dataloader
         if isinstance(loader, ResumableDataLoader):
@@ -100,3 +108,38 @@ class LoaderPosition(Callback):
         loader = trainer.train_dataloader
         if isinstance(loader, ResumableDataLoader):
             loader.consumed = 0
+
+
+class RandomState(Callback):
+    """Saves the torch / numpy / python random states in every checkpoint and restores them when training resumes, so
+    randomness drawn in `training_step` (noise, dropout, sampled times) continues the interrupted stream.
+
+    They are restored at the first training batch (after the sanity check and the loader's start, which draw from the
+    same generators and would otherwise differ between an interrupted and an uninterrupted run). Stored as tensors and
+    lists, so checkpoints still load with `weights_only=True`.
+    """
+
+    def __init__(self):
+        self._pending: dict | None = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        checkpoint["lit_iclr_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                                      "numpy": [kind, keys.tolist(), pos, has_gauss, gauss]}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._pending = checkpoint.get("lit_iclr_rng")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if self._pending is None:
+            return
+        state, self._pending = self._pending, None
+        torch.set_rng_state(state["torch"])
+        random.setstate(_tuples(state["python"]))
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+
+
+def _tuples(value):
+    """random.setstate wants the nested tuples that a checkpoint round trip may have turned into lists."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value

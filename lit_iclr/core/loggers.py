@@ -1,9 +1,11 @@
-"""A CSV logger that keeps metrics.csv across a resume or requeue (Lightning's deletes it when the folder exists)."""
+"""A CSV logger that keeps metrics.csv across a resume or requeue (Lightning's deletes it when the folder exists),
+and drops the rows logged after the checkpoint a run resumes from."""
 from __future__ import annotations
 
 import csv
 import os
 
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
@@ -30,3 +32,45 @@ class RunCSVLogger(CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+def _csv_logger(trainer) -> RunCSVLogger | None:
+    return next((lg for lg in trainer.loggers if isinstance(lg, RunCSVLogger)), None)
+
+
+def _rows_in(path: str) -> list[list[str]]:
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+class MetricsAtCheckpoint(Callback):
+    """Keeps metrics.csv in step with the checkpoint a run resumes from.
+
+    A checkpoint records how many metric rows had been logged when it was written. Resuming from it keeps those rows,
+    and of the later ones only the rows of steps before the checkpoint's (the step being checkpointed logs its row just
+    after); rows of steps that are trained again are dropped, so no step has two values.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        logger = _csv_logger(trainer)
+        if logger is not None:
+            written = max(len(_rows_in(logger.experiment.metrics_file_path)) - 1, 0)
+            checkpoint["lit_iclr_metrics_rows"] = written + len(logger.experiment.metrics)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        logger, logged = _csv_logger(trainer), checkpoint.get("lit_iclr_metrics_rows")
+        if logger is None or logged is None or not trainer.is_global_zero:
+            return
+        path = logger.experiment.metrics_file_path
+        rows = _rows_in(path)
+        if len(rows) - 1 <= logged:
+            return
+        header, step_col = rows[0], rows[0].index("step") if "step" in rows[0] else None
+        later = [r for r in rows[1 + logged:] if step_col is not None and r[step_col] != ""
+                 and int(float(r[step_col])) < checkpoint.get("global_step", 0)]
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f).writerows([header, *rows[1:1 + logged], *later])
+        os.replace(tmp, path)

@@ -52,9 +52,16 @@ def run_info(argv: list[str] | None = None) -> dict:
 class RunInfo(Callback):
     """Writes run_info.json into the run folder on rank 0 when a fit/validate/test starts (kept across requeues)."""
 
-    def __init__(self, run_dir: str, argv: list[str] | None = None):
+    def __init__(self, run_dir: str, argv: list[str] | None = None, config_changes: dict | None = None):
+        """
+        Args:
+            run_dir: The run folder.
+            argv: The command line (default: sys.argv).
+            config_changes: When resuming, {option: [saved, now]} of the tolerated changes to the saved config.
+        """
         self.run_dir = Path(run_dir)
         self.argv = argv
+        self.config_changes = config_changes
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if not trainer.is_global_zero:
@@ -64,4 +71,6 @@ class RunInfo(Callback):
         history = json.loads(path.read_text())["history"] if path.exists() else []
         info = run_info(self.argv)
         info["stage"] = stage
+        if self.config_changes is not None:  # a resume of this folder: what differs from its config.yaml
+            info["resume"] = {"config_changes": self.config_changes}
         path.write_text(json.dumps({**info, "history": [*history, info]}, indent=2))

@@ -4,15 +4,18 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from .loader import LoaderPosition
+from .loader import LoaderPosition, RandomState
+from .loggers import MetricsAtCheckpoint
+from .signals import CheckpointOnSignal
 
 
 class Trainer(L.Trainer):
-    """Lightning's Trainer; always tracks the training loader's position so mid-epoch resume is exact."""
+    """Lightning's Trainer; always tracks the training loader's position, the random state and the metric rows so
+    mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.callbacks.append(LoaderPosition())
+        self.callbacks.extend([LoaderPosition(), RandomState(), MetricsAtCheckpoint(), CheckpointOnSignal()])
 
     def prepare(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
         """Generate (or check) the config's dataset and read it back once through the real reader; no training.

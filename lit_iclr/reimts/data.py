@@ -1,7 +1,6 @@
 """PhysioNet/CinC 2012 forecasting DataModule: the real record files, or a generated default in that exact format."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -9,6 +8,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core.loader import ResumableDataLoader
 
 from .generator import generate_physionet
 from .physionet import VARIABLES, load_records
@@ -34,6 +34,7 @@ class DictDataset(Dataset):
 class PhysioNet2012(BaseDataModule):
     default_name = "physionet2012"
     default_version = 1
+    content_options = ("num_patients", "generator_seed")
     model_links = {"n_vars": "n_vars", "lookback_hours": "lookback_hours", "forecast_hours": "forecast_hours",
                    "record_hours": "record_hours"}
 
@@ -56,7 +57,7 @@ class PhysioNet2012(BaseDataModule):
             split_seed: Seed of the random train/val/test split of the records.
             test_fraction: Share of records held out for test.
             val_fraction: Share of the remaining records used for validation (0.1 gives the 81/9/10 split).
-            cache: Cache the parsed records as a `.pt` next to the data (keyed by the files' names, sizes, mtimes).
+            cache: Cache the parsed records as a `.pt` in `<data_dir>/cache` (keyed by the files' names, sizes, mtimes).
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         self.num_patients, self.generator_seed = num_patients, generator_seed
@@ -71,16 +72,16 @@ class PhysioNet2012(BaseDataModule):
     def path(self) -> Path:
         if self.root is not None:
             return Path(self.root).expanduser()
-        return Path(self.data_dir) / f"{self.default_name}-n{self.num_patients}-s{self.generator_seed}-v{self.default_version}"
+        return self.generated_path(f"{self.default_name}-n{self.num_patients}-s{self.generator_seed}-v{self.default_version}")
 
     def generate_default(self, out_dir: Path) -> None:
         generate_physionet(out_dir, self.num_patients, self.generator_seed)
 
     def cache_dir(self) -> Path | None:
-        """`<data>/.cache` when the data folder is writable, else `<data_dir>/cache` (read-only real data)."""
+        """`<data_dir>/cache`: never inside the data folder (the user's real data is not written to)."""
         if not self.cache:
             return None
-        return self.path / ".cache" if os.access(self.path, os.W_OK) else Path(self.data_dir) / "cache"
+        return Path(self.data_dir) / "cache"
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
@@ -107,12 +108,14 @@ class PhysioNet2012(BaseDataModule):
         tensors = {k: samples[k] for k in (*KEYS, "record_id")}
         self.splits = {name: DictDataset(tensors, idx) for name, idx in index.items()}
 
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+    def _loader(self, split: str) -> DataLoader:
+        return DataLoader(self.splits[split], batch_size=self.batch_size, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self):
-        return self._loader("train", shuffle=True)
+        # resumable: `--ckpt_path last` continues mid-epoch on the same batches (seeded by seed_everything)
+        return ResumableDataLoader(self.splits["train"], batch_size=self.batch_size, shuffle=True,
+                                   num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self):
         return self._loader("val")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from lit_iclr.core import DatasetFormatError, DatasetNotFoundError
+from lit_iclr.core.data import clean_stale_tmp
 
 DESCRIPTORS = ("Age", "Gender", "Height", "ICUType", "Weight")
 # The 36 time-series variables of the tsdm / t-PatchGNN PhysioNet'12 benchmark (alphabetical as in the challenge docs).
@@ -206,6 +207,7 @@ def load_records(root: str | Path, cache_dir: str | Path | None = None) -> Recor
             pass
     records = parse_files(files)
     cache.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_tmp(cache)  # temporary files of killed runs
     tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
     torch.save(records.as_dict(), tmp)
     os.replace(tmp, cache)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,43 +90,63 @@ def canonical(ds, path: Path):
     return ds
 
 
-def parse_channels(ds, variables: list[str], levels: list[int] | None, path: Path) -> list[Channel]:
-    """`name` (all `levels`, or all levels in the store when None) or `name@level`; surface variables have no level."""
+def parse_channels(ds, variables: list[str], levels: list[int] | None, path: Path,
+                   problems: list[str] | None = None) -> list[Channel]:
+    """`name` (all `levels`, or all levels in the store when None) or `name@level`; surface variables have no level.
+
+    Every problem (missing variable, level, a static field listed as a variable) is collected; one
+    `DatasetFormatError` lists them all, unless the caller passes `problems` to add more before raising.
+    """
+    own = problems is None
+    problems = [] if own else problems
     channels = []
     for spec in variables:
         name, _, lev = spec.partition("@")
         if name not in ds.data_vars:
-            raise DatasetFormatError(path, f"variable {name!r} not found; the store has {sorted(ds.data_vars)}",
-                                     "choose `data.init_args.variables` among those names (WB2 spelling)")
+            problems.append(f"variable {name!r} not found")
+            continue
         da = ds[name]
         if "time" not in da.dims:
-            raise DatasetFormatError(path, f"{name!r} has no time dimension (a static field)",
-                                     "list it under `static_variables`")
+            problems.append(f"{name!r} has no time dimension (a static field: list it under `static_variables`)")
+            continue
         if "level" not in da.dims:
             if lev:
-                raise DatasetFormatError(path, f"{name!r} is a surface variable; it has no level {lev}",
-                                         f"write {name!r} without @level")
+                problems.append(f"{name!r} is a surface variable; it has no level {lev}")
+                continue
             channels.append(Channel(name, None))
             continue
         have = [int(x) for x in da["level"].values]
         wanted = [int(lev)] if lev else (list(levels) if levels is not None else have)
         for w in wanted:
             if w not in have:
-                raise DatasetFormatError(path, f"{name!r} has no level {w}; levels there: {have}",
-                                         "choose levels from that list (`levels` or `name@level`)")
+                problems.append(f"{name!r} has no level {w}; levels there: {have}")
+                continue
             channels.append(Channel(name, w))
+    if own:
+        raise_problems(problems, ds, path)
     return channels
 
 
-def check_statics(ds, names: list[str], path: Path) -> None:
+def check_statics(ds, names: list[str], path: Path, problems: list[str] | None = None) -> None:
+    own = problems is None
+    problems = [] if own else problems
     for name in names:
         if name not in ds.data_vars:
-            raise DatasetFormatError(path, f"static variable {name!r} not found; the store has {sorted(ds.data_vars)}",
-                                     "remove it from `static_variables` or use a store that has it")
+            problems.append(f"static variable {name!r} not found")
+            continue
         extra = set(ds[name].dims) - {"latitude", "longitude"}
         if extra:
-            raise DatasetFormatError(path, f"static variable {name!r} has dims {ds[name].dims}",
-                                     "static variables must be (latitude, longitude) fields")
+            problems.append(f"static variable {name!r} has dims {ds[name].dims}, not (latitude, longitude)")
+    if own:
+        raise_problems(problems, ds, path)
+
+
+def raise_problems(problems: list[str], ds, path: Path) -> None:
+    """One `DatasetFormatError` listing every problem of a store that does not hold what the config asks for."""
+    if problems:
+        raise DatasetFormatError(path, f"{len(problems)} problem(s): " + "; ".join(problems)
+                                 + f" (the store has {sorted(ds.data_vars)})",
+                                 "choose `variables`, `levels` and `static_variables` among the store's (WB2 spelling)")
 
 
 def region_index(lat: np.ndarray, lon: np.ndarray, region: list[float] | None) -> tuple[np.ndarray, np.ndarray]:
@@ -170,6 +192,11 @@ def window_starts(times: np.ndarray, offsets_h: np.ndarray) -> np.ndarray:
     need = t[:, None] + (offsets_h.astype(np.int64) * 3_600_000_000_000)[None, :]
     pos = np.searchsorted(t, need).clip(max=t.size - 1)
     ok = (t[pos] == need).all(1)
+    inside = (need.min(1) >= t[0]) & (need.max(1) <= t[-1])  # windows a gap-free axis would have
+    dropped = int((inside & ~ok).sum())
+    if dropped:
+        warnings.warn(f"{dropped} of {int(inside.sum())} forecast windows dropped: the time axis has gaps or a "
+                      "non-uniform step there", stacklevel=2)
     return np.flatnonzero(ok)
 
 
@@ -187,9 +214,11 @@ class WB2Reader:
                  static_variables: list[str] | None = None, region: list[float] | None = None):
         self.path = Path(path)
         self.ds = open_wb2(self.path)
-        self.channels = parse_channels(self.ds, variables, levels, self.path)
+        problems: list[str] = []  # reported together: a foreign store needs one fix, not one launch per mistake
+        self.channels = parse_channels(self.ds, variables, levels, self.path, problems)
         self.static_names = list(static_variables or [])
-        check_statics(self.ds, self.static_names, self.path)
+        check_statics(self.ds, self.static_names, self.path, problems)
+        raise_problems(problems, self.ds, self.path)
         lat, lon = self.ds["latitude"].values, self.ds["longitude"].values
         self.ilat, self.ilon = region_index(lat, lon, region)
         if self.ilat.size < 4 or self.ilon.size < 4:
@@ -217,13 +246,37 @@ class WB2Reader:
         uniq, inv = np.unique(np.asarray(time_idx), return_inverse=True)
         out = np.empty((uniq.size, len(self.channels), self.ilat.size, self.ilon.size), np.float32)
         for k, da in enumerate(self._arrays):
-            out[:, k] = da.isel(time=uniq).values
+            try:
+                out[:, k] = da.isel(time=uniq).values
+            except Exception as e:  # noqa: BLE001 - zarr/numcodecs/h5 raise many types for a damaged chunk
+                raise DatasetFormatError(self.path, f"cannot read {self.channels[k].name} at {self.times[uniq[0]]} .. "
+                                         f"{self.times[uniq[-1]]} ({type(e).__name__}: {str(e).splitlines()[0][:150]})",
+                                         "a chunk of the store is truncated or corrupt: re-download or regenerate it") from e
         bad = ~np.isfinite(out)
         if bad.any():
             i, k = np.argwhere(bad)[0][:2]
-            raise DatasetFormatError(self.path, f"NaN/inf in {self.channels[k].name} at {self.times[uniq[i]]}",
+            name, when = self.channels[k].name, self.times[uniq[i]]
+            if self._chunk_missing(self.channels[k].variable, int(uniq[i])):
+                raise DatasetFormatError(self.path, f"the chunk of {name} holding {when} is missing from the store "
+                                         "(read as NaN)", "re-download the store (or the missing chunk files)")
+            raise DatasetFormatError(self.path, f"NaN/inf in {name} at {when}",
                                      "fill or drop the missing values (or exclude those dates from the periods)")
         return out[inv]
+
+    def _chunk_missing(self, variable: str, time_index: int) -> bool:
+        """True when `path` is a Zarr store and no chunk file of `variable` covers time `time_index`."""
+        folder = self.path / variable
+        if not (_is_zarr(self.path) and folder.is_dir()):
+            return False
+        chunks = self.ds[variable].encoding.get("chunks") or self.ds[variable].encoding.get("preferred_chunks")
+        if isinstance(chunks, dict):
+            chunks = [chunks.get(d, 1) for d in self.ds[variable].dims]
+        if not chunks:
+            return False
+        t = time_index // int(chunks[list(self.ds[variable].dims).index("time")])
+        v2 = list(folder.glob(f"{t}.*")) + list(folder.glob(f"{t}")) + list(folder.glob(f"{t}/*"))
+        v3 = list((folder / "c").glob(f"{t}/*")) + list((folder / "c").glob(f"{t}"))
+        return not (v2 or v3)
 
     def read_static(self) -> np.ndarray:
         """(S, H, W) float32 static fields, each standardised to zero mean and unit variance."""
@@ -325,17 +378,28 @@ def stats_cache_key(reader: WB2Reader, periods: list, step: int, n_harmonics: in
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
+STATS_KEYS = {"mean", "std", "diff_std", "clim_coef", "clim_hours", "n_harmonics"}
+
+
 def cached_stats(reader: WB2Reader, idx: np.ndarray, periods: list, step: int, cache_dir: Path,
                  n_harmonics: int = 3) -> dict:
     """`compute_stats` on the training times, cached as npz in `cache_dir` (keyed by store, channels, grid, periods)."""
     cache_dir = Path(cache_dir)
     f = cache_dir / f"storm-stats-{stats_cache_key(reader, periods, step, n_harmonics)}.npz"
     if f.exists():
-        with np.load(f) as z:
-            return {k: z[k] for k in z.files}
+        try:
+            with np.load(f) as z:
+                cached = {k: z[k] for k in z.files}
+            if STATS_KEYS <= cached.keys():
+                return cached
+            problem = f"lacks {sorted(STATS_KEYS - cached.keys())}"
+        except Exception as e:  # noqa: BLE001 - truncated/garbled: any failure means "recompute"
+            problem = f"cannot be read ({type(e).__name__})"
+        warnings.warn(f"{f}: statistics cache {problem}; recomputing it", stacklevel=2)
     stats = compute_stats(reader, idx, step, n_harmonics)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(".tmp.npz")
-    np.savez(tmp, **stats)
-    tmp.replace(f)
+    tmp = f.with_name(f".{f.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:  # a file object: np.savez would append .npz to a name
+        np.savez(fh, **stats)
+    os.replace(tmp, f)
     return stats

@@ -50,30 +50,31 @@ def test_fit_writes_run_folder_with_config_checkpoints_and_run_info(tmp_path):
 def test_run_folder_names(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert config_name(["configs/storm.yaml", "configs/trainer/ddp.yaml"]) == "storm"
-    run = resolve_run_dir(None, ["configs/storm.yaml"], runs_root=str(tmp_path))
-    assert run.parent == tmp_path / "storm"
+    run, _ = resolve_run_dir(None, ["configs/storm.yaml"], runs_root=str(tmp_path))
+    assert run.parent == tmp_path / "storm" and run.is_dir()  # created here, atomically
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    assert resolve_run_dir(None, ["configs/storm.yaml"], runs_root=str(tmp_path)) == tmp_path / "storm" / "4242"
+    assert resolve_run_dir(None, ["configs/storm.yaml"], runs_root=str(tmp_path))[0] == tmp_path / "storm" / "4242"
     # resume outside SLURM continues the newest run that has a last checkpoint
     monkeypatch.delenv("SLURM_JOB_ID")
     for name in ("20260101-000000", "20260102-000000"):
         (tmp_path / "storm" / name / "checkpoints").mkdir(parents=True)
         (tmp_path / "storm" / name / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    assert resolve_run_dir(None, ["configs/storm.yaml"], resume=True, runs_root=str(tmp_path)).name == "20260102-000000"
+    run, _ = resolve_run_dir(None, ["configs/storm.yaml"], resume=True, runs_root=str(tmp_path))
+    assert run.name == "20260102-000000"
 
 
 def test_save_config_survives_requeue_in_same_folder(tmp_path):
     args = ["fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir", str(tmp_path / "d"),
             "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path / "same"), *QUIET]
     main(args)
-    main(args)  # a requeued job starts again in the same folder: config.yaml is overwritten, not an error
+    main(args)  # a requeued job starts again in the same folder: config.yaml is kept, not an error
     assert (tmp_path / "same" / "config.yaml").exists()
 
 
 def test_prepare_generates_data_without_training(tmp_path, capsys):
     main(["prepare", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir", str(tmp_path)])
-    assert (tmp_path / "toy-v1" / "toy.npz").exists()
-    assert not list(tmp_path.glob(".toy-v1.tmp-*"))
+    assert len(list(tmp_path.glob("toy-v1-*/toy.npz"))) == 1  # keyed by the options that shape the data
+    assert not list(tmp_path.glob(".toy-v1*.tmp-*"))
 
 
 def test_unknown_class_suggests_closest_names(tmp_path, capsys):

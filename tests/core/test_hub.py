@@ -9,6 +9,12 @@ from lit_iclr.core.errors import CheckpointError, LitIclrError
 from lit_iclr.core.hub import download, export, load_model, read_checkpoint
 
 
+@pytest.fixture(autouse=True)
+def trust_the_toy_models(monkeypatch):
+    """Hub loading imports only lit_iclr.* classes unless a prefix is trusted; the test models live in tests.core.toy."""
+    monkeypatch.setenv("LIT_ICLR_TRUSTED_MODULES", "tests.core.toy")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hub")

@@ -41,6 +41,9 @@ class ToyRegression(BaseModule):
     def validation_step(self, batch, batch_idx):
         self.log("val/loss", nn.functional.mse_loss(self(batch["x"]), batch["y"]), sync_dist=True)
 
+    def test_step(self, batch, batch_idx):
+        self.log("test/loss", nn.functional.mse_loss(self(batch["x"]), batch["y"]))
+
     def configure_optimizers(self):
         opt = self.optimizer(self.parameters())
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=self.hparams.lr_step, gamma=0.5)
@@ -59,6 +62,7 @@ class _Dict(TensorDataset):
 
 class ToyData(BaseDataModule):
     default_name = "toy"
+    content_options = ("num_samples",)
     model_links = {"num_features": "num_features"}
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 8, num_workers: int = 0,
@@ -97,6 +101,9 @@ class ToyData(BaseDataModule):
     def val_dataloader(self):
         return DataLoader(self.ds, batch_size=self.batch_size)
 
+    def test_dataloader(self):
+        return DataLoader(self.ds, batch_size=self.batch_size)
+
 
 class Crash(RuntimeError):
     pass
@@ -111,6 +118,20 @@ class CrashAtStep(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_step == self.step:
             raise Crash(f"simulated crash at step {self.step}")
+
+
+class SignalAtStep(Callback):
+    """Sends `signal` to this process when step `step` is about to start (a scheduler's SIGTERM, `kill -USR1`)."""
+
+    def __init__(self, step: int, signal: str = "SIGTERM"):
+        self.step, self.signal = step, signal
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import os
+        import signal
+
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), getattr(signal, self.signal))
 
 
 class MisconfiguredData(ToyData):

@@ -22,8 +22,9 @@ def test_tiny_twin_fits_through_the_cli(tmp_path):
     assert val and all(0 < v < 10 for v in val) and train and all(torch.isfinite(torch.tensor(train)))
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
     assert list((tmp_path / "figures").glob("val_forecast*.png"))  # forecast figure logged at validation
-    # the parsed-record cache sits next to the generated data
-    assert list((tmp_path / "data").glob("physionet2012-*/.cache/physionet2012-*.pt"))
+    # the parsed-record cache goes to <data_dir>/cache, never inside the data folder
+    assert list((tmp_path / "data" / "cache").glob("physionet2012-*.pt"))
+    assert not list((tmp_path / "data").glob("physionet2012-*/.cache"))
 
 
 def test_real_config_parses(capsys):
