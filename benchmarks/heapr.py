@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from lit_iclr.core.corpus import CorpusDataModule
-from lit_iclr.core.hf_moe import unfuse_experts
+from lit_iclr.core.moe import unfuse_experts
 from lit_iclr.heapr.calibrate import calibrate, lm_loss_sum
 from lit_iclr.heapr.evaluate import perplexity, tokens_per_second, topic_accuracy
 from lit_iclr.heapr.model import build_moe_lm
@@ -75,7 +75,7 @@ def train_dense(dm, steps: int, log) -> torch.nn.Module:
 
 def load_dense(args, dm, log) -> torch.nn.Module:
     if args.ckpt:
-        state = torch.load(args.ckpt, map_location="cpu", weights_only=False)["state_dict"]
+        state = torch.load(args.ckpt, map_location="cpu", weights_only=True)["state_dict"]
         model = build_moe_lm(**SIZES)
         model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
         return model.eval()

@@ -18,13 +18,15 @@ E[h^2] * w^T M w factorises, so the extra pass is skipped.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from lit_iclr.core.hf_moe import MoEBlock, check_moe, unfuse_experts
+from lit_iclr.core.moe import MoEBlock, check_moe, unfuse_experts
+from lit_iclr.core.moe.sharding import checkpointed_layers
 
 
 @dataclass
@@ -80,8 +82,40 @@ def _accumulate_square(acc: torch.Tensor, gh: torch.Tensor) -> None:
     acc.add_(gh.pow(2).sum(0))  # sum_t (dL/dh_k)^2 = w_k^T (sum_t g_t g_t^T) w_k
 
 
+def make_observer(s: ExpertStats, with_gradients: bool, device: torch.device | str) -> Callable:
+    """The `VariableWidthExperts` observer that accumulates `s`, safe under activation checkpointing.
+
+    With gradients, an expert call's statistics (its count, sum h^2 and the Fisher term) are added by one backward hook
+    on that call's output, i.e. exactly once per call that the backward reaches: a non-reentrant replay builds tensors
+    the backward never visits (their hooks never fire), and a reentrant checkpoint's first pass runs without gradients
+    (skipped here; its replay, whose graph the backward does traverse, is counted). Without gradients the forward adds
+    them directly (no replay happens without a backward).
+    """
+    def observe(e: int, token_idx: torch.Tensor, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h2 = h.detach().float().pow(2).sum(0).to(device)  # sum_t h_k^2 of this call
+        if not with_gradients:
+            s.n[e] += len(token_idx)
+            s.h2[e] += h2
+            return y
+        if not y.requires_grad:  # the no-grad first pass of a reentrant checkpoint
+            return y
+
+        def on_grad(grad: torch.Tensor, fisher: Callable) -> None:  # runs once, when the backward reaches this call
+            s.n[e] += len(token_idx)
+            s.h2[e] += h2
+            fisher(grad.detach().float().to(device))
+
+        if s.M is not None:  # g = dL/dy (the router weight multiplies y afterwards, so it is inside g)
+            y.register_hook(lambda g: on_grad(g, lambda g: _accumulate_outer(s.M[e], g)))
+        else:  # dL/dh_k = w_k^T g, whose square summed over t is w_k^T M w_k
+            h.register_hook(lambda gh: on_grad(gh, lambda gh: _accumulate_square(s.gh2[e], gh)))
+        return y
+    return observe
+
+
 def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "full", with_gradients: bool = True,
-              collect_inputs: bool = False, device: torch.device | str | None = None) -> Calibration:
+              collect_inputs: bool = False, device: torch.device | str | None = None,
+              recompute: str | None = None) -> Calibration:
     """One pass over `batches` (LM batches: input_ids, labels, attention_mask) gathering `ExpertStats` per block.
 
     Args:
@@ -91,7 +125,11 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
         with_gradients: Run the backward pass (HEAPr); false gathers forward statistics only (baselines).
         collect_inputs: Also keep every block's input hidden states (NAEE's reconstruction needs them).
         device: Where the statistics live (default: the model's device).
+        recompute: Activation checkpointing of the decoder layers during the pass ("reentrant" or "non_reentrant"):
+            activations are recomputed in the backward (memory of one layer instead of all); statistics are unchanged.
     """
+    if recompute not in (None, "reentrant", "non_reentrant"):
+        raise ValueError(f"recompute must be null, 'reentrant' or 'non_reentrant', got {recompute!r}")
     if fisher_state not in ("full", "atom"):
         raise ValueError(f"fisher_state must be 'full' or 'atom', got {fisher_state!r}")
     unfuse_experts(model)
@@ -110,21 +148,9 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
             s.gh2 = [torch.zeros(w, device=device) for w in widths]
         stats.append(s)
 
-    def observer(s: ExpertStats):
-        def observe(e: int, token_idx: torch.Tensor, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            s.n[e] += len(token_idx)
-            s.h2[e] += h.detach().float().pow(2).sum(0).to(device)  # sum_t h_k^2
-            if with_gradients and y.requires_grad:
-                if s.M is not None:  # g = dL/dy (the router weight multiplies y afterwards, so it is inside g)
-                    y.register_hook(lambda g, e=e: _accumulate_outer(s.M[e], g.detach().float().to(device)))
-                else:  # dL/dh_k = w_k^T g, whose square summed over t is w_k^T M w_k
-                    h.register_hook(lambda gh, e=e: _accumulate_square(s.gh2[e], gh.detach().float().to(device)))
-            return y
-        return observe
-
     handles = []
     for b, s in zip(blocks, stats, strict=True):
-        b.experts.observer = observer(s)
+        b.experts.observer = make_observer(s, with_gradients, device)
         if collect_inputs:
             handles.append(b.module.register_forward_hook(
                 lambda m, args, out, s=s: s.inputs.append(args[0].detach().reshape(-1, args[0].shape[-1]).cpu())))
@@ -139,6 +165,8 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
     # Also callable from hooks that Lightning runs under inference mode (e.g. on_test_start): gradients must flow.
     context = torch.inference_mode(False)
     context.__enter__()
+    layers = checkpointed_layers(model, recompute == "reentrant") if recompute else nullcontext()
+    layers.__enter__()
     try:
         for batch in batches:
             ids = batch["input_ids"].to(p.device)
@@ -146,7 +174,7 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
             mask = mask.to(p.device) if mask is not None else None
             labels = batch.get("labels", batch["input_ids"]).to(p.device)
             with torch.set_grad_enabled(with_gradients):
-                logits = model(input_ids=ids, attention_mask=mask).logits
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
                 loss, n = lm_loss_sum(logits, labels, mask)
                 if with_gradients:
                     loss.backward()
@@ -154,6 +182,7 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
             loss_sum += float(loss.detach())
             counted += n
     finally:
+        layers.__exit__(None, None, None)
         context.__exit__(None, None, None)
         for h in handles:
             h.remove()

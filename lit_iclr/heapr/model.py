@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.hf_moe import ARCHS, check_moe, load_pretrained
+from lit_iclr.core.moe import ARCHS, check_moe, load_pretrained
 
 
 def moe_config(arch: str = "qwen2_moe", vocab_size: int = 4096, hidden_size: int = 128, num_layers: int = 4,

@@ -21,8 +21,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import SumMetric
 
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.hf_moe import check_moe, save_compact, save_hf, unfuse_experts
 from lit_iclr.core.module import BaseModule
+from lit_iclr.core.moe import check_moe, save_compact, save_hf, unfuse_experts
 
 from .calibrate import lm_loss_sum
 from .evaluate import perplexity, topic_accuracy
@@ -111,6 +111,11 @@ class HEAPrLM(BaseModule):
                                   shared_width=h.shared_width, max_positions=h.max_positions)
         if hasattr(self.model.config, "router_aux_loss_coef"):
             self.model.config.router_aux_loss_coef = h.aux_loss_coef
+        from lit_iclr.core.moe.sharding import shard_model, strategy_mesh
+
+        mesh = strategy_mesh(self)
+        if mesh is not None:  # configs/trainer/fsdp.yaml: FSDP2 per decoder block (pruning at fit end: 1 process)
+            shard_model(self.model, mesh)
 
     @property
     def pruned(self) -> bool:

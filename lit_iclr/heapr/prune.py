@@ -6,12 +6,14 @@ untouched and there is no weight compensation (as in the paper). Whole-expert ba
 router rows, so tokens are re-routed among the remaining experts:
 - "frequency": the globally least-routed experts (routing frequency on the calibration data);
 - "naee": per layer, the expert subset whose removal minimises the MoE block's output reconstruction error on the
-  calibration inputs, enumerating all subsets of the given size (NAEE, "Not All Experts are Equal", Lu et al. 2024).
+  calibration inputs, enumerating all subsets of the given size (NAEE, "Not All Experts are Equal", Lu et al. 2024);
+  above `max_subsets` subsets per layer it switches to the greedy form and says so.
 """
 from __future__ import annotations
 
 import copy
 import itertools
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -20,7 +22,7 @@ import torch
 from torch import nn
 
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.hf_moe import MoEBlock, VariableWidthExperts, check_moe, unfuse_experts
+from lit_iclr.core.moe import MoEBlock, VariableWidthExperts, check_moe, unfuse_experts
 
 from .calibrate import Calibration, calibrate
 from .scores import ATOM_METHODS, atom_scores, check_ratio, global_keep
@@ -133,22 +135,38 @@ def _block_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module(x[None]).reshape(x.shape)
 
 
+def _removal_error(b: MoEBlock, x: torch.Tensor, ref: torch.Tensor, keep: list[int]) -> float:
+    """||F(x) - F_S(x)||^2 of the block keeping only experts `keep`."""
+    trial = copy.deepcopy(b.module)
+    drop_experts(MoEBlock(b.name, b.layer, trial), list(keep))
+    return float((_block_output(trial, x) - ref).float().pow(2).sum())
+
+
 @torch.no_grad()
-def naee_prune(blocks: list[MoEBlock], calib: Calibration, ratio: float, max_tokens: int = 4096) -> list[list[int]]:
-    """Per layer, drop the round(ratio * E) experts whose removal best preserves the block output (exhaustive)."""
+def naee_prune(blocks: list[MoEBlock], calib: Calibration, ratio: float, max_tokens: int = 4096,
+               max_subsets: int = 20_000, log=print) -> list[list[int]]:
+    """Per layer, drop the round(ratio * E) experts whose removal best preserves the block output.
+
+    Exhaustive over all C(E, E - r) kept subsets (NAEE) while that is at most `max_subsets`; above it (e.g. C(60, 15) ~
+    5e13 on Qwen1.5-MoE) the greedy form is used instead, and said so: r rounds, each removing the one expert whose
+    removal increases the reconstruction error least (E + (E-1) + ... trials instead of C(E, E - r)).
+    """
     kept = []
     for bi, b in enumerate(blocks):
         x = torch.cat(calib.blocks[bi].inputs)[:max_tokens].to(b.router.weight.device, b.router.weight.dtype)
         ref = _block_output(b.module, x)
-        r = min(int(round(ratio * b.num_experts)), b.num_experts - 1)
-        best, best_err = list(range(b.num_experts)), float("inf")
-        if r > 0:
-            for subset in itertools.combinations(range(b.num_experts), b.num_experts - r):
-                trial = copy.deepcopy(b.module)
-                drop_experts(MoEBlock(b.name, b.layer, trial), list(subset))
-                err = float((_block_output(trial, x) - ref).float().pow(2).sum())  # ||F(x) - F_S(x)||^2
-                if err < best_err:
-                    best, best_err = list(subset), err
+        E = b.num_experts
+        r = min(int(round(ratio * E)), E - 1)
+        best = list(range(E))
+        if r > 0 and math.comb(E, E - r) <= max_subsets:
+            errs = {subset: _removal_error(b, x, ref, list(subset)) for subset in itertools.combinations(range(E), E - r)}
+            best = list(min(errs, key=errs.get))
+        elif r > 0:
+            log(f"naee: {b.name}: C({E}, {E - r}) = {math.comb(E, E - r):.3g} subsets > max_subsets={max_subsets}; "
+                f"using the greedy search ({r} rounds of single-expert removals)")
+            for _ in range(r):
+                errs = {e: _removal_error(b, x, ref, [k for k in best if k != e]) for e in best}
+                best.remove(min(errs, key=errs.get))
         kept.append(best)
     for b, k in zip(blocks, kept, strict=True):
         drop_experts(b, k)
@@ -165,7 +183,7 @@ def prune_model(model: nn.Module, batches: Iterable[dict] | None, ratio: float, 
     """Calibrate (unless `calib` is given or the method needs no data) and prune `model` in place.
 
     Args:
-        model: A Hugging Face MoE causal LM (any layout understood by `lit_iclr.core.hf_moe`).
+        model: A Hugging Face MoE causal LM (any layout understood by `lit_iclr.core.moe`).
         batches: Calibration LM batches (held-out text).
         ratio: Fraction of the routed experts' atoms (intermediate channels) removed, strictly in (0, 1).
         method: One of METHODS.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.hf_moe import MoEBlock
+from lit_iclr.core.moe import MoEBlock
 
 from .calibrate import Calibration
 

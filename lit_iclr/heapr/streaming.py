@@ -14,7 +14,7 @@ decoder layer from the safetensors and frees it again:
    backward passes, fused), the gradient is passed down, and the layer's atom scores S_k are computed and its d x d
    Fisher matrices freed (so only one layer's M, E x d x d, is ever held);
 4. global ranking of all atoms (as in memory), then the checkpoint is rewritten shard by shard: the compact form
-   (each expert its own width + `expert_widths.json`, read by `lit_iclr.core.hf_moe.load_compact`) and, with `--hf`,
+   (each expert its own width + `expert_widths.json`, read by `lit_iclr.core.moe.load_compact`) and, with `--hf`,
    the standard transformers layout zero-padded to one width (`AutoModelForCausalLM.from_pretrained` loads it).
 
 Calibration text: WikiText-2-style raw files (or any UTF-8 text) tokenised with the checkpoint's own `tokenizer.json`.
@@ -34,7 +34,7 @@ from torch import nn
 
 from lit_iclr.core.corpus import read_raw_text
 from lit_iclr.core.errors import DatasetNotFoundError, LitIclrError
-from lit_iclr.core.hf_moe import (
+from lit_iclr.core.moe import (
     WIDTH_ATTR,
     Checkpoint,
     MoEBlock,
@@ -187,7 +187,7 @@ def stream_scores(checkpoint: str | Path, input_ids: torch.Tensor, method: str =
 
 def _attach(block: MoEBlock, fisher_state: str, with_gradients: bool) -> ExpertStats:
     """Observers on one block's experts (the same accumulation as `calibrate`, for one layer)."""
-    from .calibrate import _accumulate_outer, _accumulate_square
+    from .calibrate import make_observer
 
     dev = block.router.weight.device
     widths, d = block.widths(), block.hidden_size
@@ -199,17 +199,7 @@ def _attach(block: MoEBlock, fisher_state: str, with_gradients: bool) -> ExpertS
         else:
             s.gh2 = [torch.zeros(w, device=dev) for w in widths]
 
-    def observe(e, token_idx, h, y):
-        s.n[e] += len(token_idx)
-        s.h2[e] += h.detach().float().pow(2).sum(0)
-        if with_gradients and y.requires_grad:
-            if s.M is not None:
-                y.register_hook(lambda gy, e=e: _accumulate_outer(s.M[e], gy.detach().float()))
-            else:
-                h.register_hook(lambda gh, e=e: _accumulate_square(s.gh2[e], gh.detach().float()))
-        return y
-
-    block.experts.observer = observe
+    block.experts.observer = make_observer(s, with_gradients, dev)
     return s
 
 
@@ -223,7 +213,7 @@ def write_pruned(checkpoint: str | Path, model: nn.Module, keep: list[list[torch
     kept_widths = {b.name: [int(m.sum()) for m in keep[i]] for _, (i, b) in blocks.items()}
     config = model.config
     width = None
-    if padded_hf:  # the rule of hf_moe.common_width, applied to the kept widths (the skeleton is still full width)
+    if padded_hf:  # the rule of moe.padded_width, applied to the kept widths (the skeleton is still full width)
         width = padded_width(config, max(max(w) for w in kept_widths.values()), align)
     index, shard = {}, 0
 

@@ -62,6 +62,8 @@ class MergeOptions:
         mask: none, ties or dare on the domain vectors.
         dare_p: DARE drop probability.
         nash_every: Nash weights re-solved every k training steps (1: every forward, per merge unit).
+        chunk: Hugging Face models only: merge units processed at once; each chunk's merged expert weights are
+            recomputed in the backward instead of stored (bounds the merge buffers; null: all units at once).
     """
 
     mode: str = "namex"
@@ -77,6 +79,7 @@ class MergeOptions:
     mask: str = "none"
     dare_p: float = 0.1
     nash_every: int = 1
+    chunk: int | None = None
 
 
 class MergingFFN(nn.Module):

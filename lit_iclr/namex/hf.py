@@ -1,33 +1,43 @@
 """Expert merging inside the MoE blocks of Hugging Face models (Qwen2-MoE / Qwen1.5-MoE, Mixtral, DeepSeek-MoE).
 
 `apply_merging(model, options)` replaces, in place, the routed-expert computation of every MoE block found by
-`lit_iclr.core.hf_moe.moe_blocks` with one merged SwiGLU expert per merge unit (a segment of `options.segment` tokens,
+`lit_iclr.core.moe.moe_blocks` with one merged SwiGLU expert per merge unit (a segment of `options.segment` tokens,
 routed on the mean hidden state of the previous segment through the model's own router, so the LM stays causal):
 
     E_base = mean_i E_i (no trained base exists in a pretrained SMoE; the mean is the natural centre of the domain vectors)
-    tau_i  = E_i - E_base,  s = top-k softmax of the block's router logits,  E_hat via `ExpertMerger` (SMEAR / CAMEx /
-    EP-CAMEx / NAMEx with Nash weights and complex momentum across the model's MoE layers)
+    tau_i  = E_i - E_base,  s = the block's own router scores (softmax top-k; DeepSeek-V3: sigmoid, normalised)
+    E_hat via `ExpertMerger` (SMEAR / CAMEx / EP-CAMEx / NAMEx with Nash weights and complex momentum across the layers)
     y      = SwiGLU(x; E_hat) + shared experts (Qwen2-MoE's gated shared expert, DeepSeek's shared experts: unchanged)
 
 Zero-shot: apply to a pretrained model and evaluate. Fine-tune: apply, then train as usual; gradients flow through the
 merge into the original expert and router weights (state-dict keys unchanged, so `save_pretrained` still works and
 FSDP shards the same parameters). Curvature matrices are not used here (M_i = I): a pretrained model has none.
 `remove_merging(model)` restores the original blocks.
+
+Recomputation safety. The propagated state (E_base, mu) of layer l is read by layer l+1. Under activation checkpointing
+a decoder layer is replayed during the backward; its state therefore crosses every checkpointed decoder layer as an
+explicit input and output of the checkpointed function (`_ChainCarrier`), and the merger's step counter is frozen
+while replaying, so gradients equal the non-checkpointed ones for every merging variant, reentrant or not.
+
+Memory. With `options.chunk` set, merge units are processed `chunk` at a time and each chunk's merged SwiGLU weights are
+recomputed in the backward instead of being kept (only the propagated state, the layer's output, survives).
 """
 from __future__ import annotations
 
 import types
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
-from lit_iclr.core.hf_moe import MoEBlock, check_moe
+from lit_iclr.core.moe import MoEBlock, check_moe
 
 from .ffn import MergeOptions, merge_units
 from .merging import MERGE_MODES, ExpertMerger
-from .propagation import Chain
+from .propagation import Chain, PropagationState
 from .routing import top_k_gates
 
 
@@ -39,12 +49,53 @@ class _Patch:
     index: int
     segment: int | None
     top_k: int
+    chunk: int | None
 
 
 def flat_experts(block: MoEBlock) -> Tensor:
     """The block's routed experts as one (E, 3 I d) tensor [gate | up | down], differentiable w.r.t. the model."""
     w = block.stacked()
     return torch.cat([w.gate.flatten(1), w.up.flatten(1), w.down.flatten(1)], dim=1)
+
+
+def router_gates(block: MoEBlock, u: Tensor, k: int) -> Tensor:
+    """Dense (U, E) merge weights from the block's own router on unit inputs u (U, d), following its scoring rule.
+
+    Softmax routers (Qwen2-MoE, Mixtral, DeepSeek-V2): softmax over the k largest logits. Sigmoid routers with a
+    selection bias (DeepSeek-V3): experts chosen by sigmoid(logit) + bias, weighted by sigmoid(logit) normalised over
+    the chosen ones (the model's own rule; its routed scaling factor multiplies every expert alike and is left out,
+    since merging weights must stay a convex combination for E_base + gamma * Delta to remain an expert).
+    """
+    logits = block.route(u)[0].float()
+    bias = getattr(block.router, "e_score_correction_bias", None)
+    if bias is None:
+        return top_k_gates(logits, k)
+    scores = logits.sigmoid()
+    if k < scores.shape[-1]:
+        idx = (scores + bias.float()).topk(k, dim=-1).indices
+        scores = torch.zeros_like(scores).scatter(-1, idx, scores.gather(-1, idx))
+    return scores / scores.sum(-1, keepdim=True).clamp_min(1e-20)
+
+
+def _swiglu_units(xu: Tensor, merged: Tensor, inner: int, act) -> Tensor:
+    """SwiGLU of each unit's tokens xu (U, S, d) with its own merged flat expert (U, P) = [gate | up | down]."""
+    d = xu.shape[-1]
+    gate_w, up_w, down_w = merged.split((inner * d, inner * d, d * inner), dim=-1)
+    gate_w, up_w, down_w = gate_w.view(-1, inner, d), up_w.view(-1, inner, d), down_w.view(-1, d, inner)
+    h = act(torch.bmm(xu, gate_w.transpose(1, 2))) * torch.bmm(xu, up_w.transpose(1, 2))
+    return torch.bmm(h, down_w.transpose(1, 2))
+
+
+def _merge_apply(p: _Patch, act, bank: Tensor, xu: Tensor, gates: Tensor, *state: Tensor | None):
+    """Merge and apply for a set of units; returns (y (U, S, d), next state tensors or Nones)."""
+    local = Chain()
+    prev = PropagationState(*state) if state and state[0] is not None else None
+    if prev is not None:
+        local.write(p.index - 1, prev)
+    merged = p.merger(bank, gates, local if p.merger.propagates else None, p.index, tick=not p.chunk)
+    y = _swiglu_units(xu, merged.expand(xu.shape[0], -1), p.block.widths()[0], act)
+    nxt = local.states.get(p.index)
+    return y, *((nxt.base, nxt.mu_re, nxt.mu_im) if nxt is not None else (None, None, None))
 
 
 def _merged_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
@@ -54,17 +105,31 @@ def _merged_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
     pad = (-T) % S if S is not None and S < T else 0
     x = F.pad(hidden_states, (0, 0, 0, pad)) if pad else hidden_states   # trailing pad: only the last unit sees it
     u, xu = merge_units(x, S)
-    logits = p.block.route(u)[0].float()                                 # the model's own router on the unit means
-    gates = top_k_gates(logits, p.top_k).to(x.dtype)
+    gates = router_gates(p.block, u, p.top_k).to(x.dtype)              # the model's own router on the unit means
     experts = flat_experts(p.block)
     bank = experts if p.merger.mode == "smear" else torch.cat([experts.mean(0, keepdim=True), experts])
-    merged = p.merger(bank, gates, p.chain, p.index).expand(xu.shape[0], -1)
-    inner = p.block.widths()[0]
-    gate_w, up_w, down_w = merged.split((inner * d, inner * d, d * inner), dim=-1)
     act = getattr(p.block.experts, "act_fn", None) or F.silu
-    gate_w, up_w, down_w = gate_w.view(-1, inner, d), up_w.view(-1, inner, d), down_w.view(-1, d, inner)
-    h = act(torch.bmm(xu, gate_w.transpose(1, 2))) * torch.bmm(xu, up_w.transpose(1, 2))   # SwiGLU, one expert/unit
-    y = torch.bmm(h, down_w.transpose(1, 2)).reshape(B, T + pad, d)[:, :T]
+    prev = p.chain.read(p.index) if p.merger.propagates else None
+    state = (prev.base, prev.mu_re, prev.mu_im) if prev is not None else (None, None, None)
+    U = xu.shape[0]
+    if not p.chunk or p.chunk >= U or not torch.is_grad_enabled():
+        y, *nxt = _merge_apply(p, act, bank, xu, gates, *state)
+    else:  # chunks of units; each chunk's merged weights are recomputed in the backward, not stored
+        ys, outs = [], []
+        for a in range(0, U, p.chunk):
+            sl = slice(a, min(a + p.chunk, U))
+            part = [s[sl] if s is not None and s.shape[0] == U else s for s in state]
+            y_c, *n_c = checkpoint(_merge_apply, p, act, bank, xu[sl], gates[sl], *part, use_reentrant=False)
+            ys.append(y_c)
+            outs.append(n_c)
+        y = torch.cat(ys)
+        # a state per unit is concatenated; a unit-independent (1, P) state is the same in every chunk
+        nxt = [None if parts[0] is None else torch.cat(parts) if parts[0].shape[0] == ys[0].shape[0] else parts[0]
+               for parts in zip(*outs, strict=True)]
+        p.merger.tick()
+    if p.merger.propagates and nxt[0] is not None:
+        p.chain.write(p.index, PropagationState(*nxt))
+    y = y.reshape(B, T + pad, d)[:, :T]
     if p.block.shared:
         flat = hidden_states.reshape(-1, d)
         shared = sum(m(flat) for m in p.block.shared)
@@ -74,6 +139,75 @@ def _merged_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
     return y
 
 
+# ------------------------------------------------------------------------------------ recomputation-safe chain state
+class _ChainCarrier:
+    """Mixed into a decoder layer's class: its checkpoint function carries the chain state as inputs and outputs.
+
+    Hugging Face's `GradientCheckpointingLayer` checkpoints `self._gradient_checkpointing_func(forward, *args)`; the
+    property below hands it a function that appends the previous layer's state (base, mu_re, mu_im) to the
+    checkpointed inputs, restores it into the chain inside the replay, and returns this layer's state as extra outputs,
+    so the replayed layer reads its own predecessor's state and the state's gradient flows through the checkpoint.
+    """
+
+    @property
+    def _gradient_checkpointing_func(self):
+        raw = self.__dict__.get("_namex_raw_ckpt_func")
+        return None if raw is None else partial(_carry_state, self, raw)
+
+    @_gradient_checkpointing_func.setter
+    def _gradient_checkpointing_func(self, func) -> None:
+        self.__dict__["_namex_raw_ckpt_func"] = func
+
+
+def _carry_state(layer: nn.Module, raw, fn, *args):
+    chain, index = layer._namex_chain, layer._namex_index
+    prev = chain.read(index)
+    state = (prev.base, prev.mu_re, prev.mu_im) if prev is not None else (None, None, None)
+    n = len(args)
+
+    def run(*flat):
+        if flat[n] is not None:
+            chain.write(index - 1, PropagationState(*flat[n:]))
+        out = fn(*flat[:n])
+        mine = chain.states[index]
+        outs = out if isinstance(out, tuple) else (out,)
+        return (*outs, mine.base, mine.mu_re, mine.mu_im)
+
+    res = raw(run, *args, *state)
+    chain.write(index, PropagationState(*res[-3:]))
+    out = res[:-3]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _decoder_layer(model: nn.Module, block: MoEBlock) -> nn.Module | None:
+    """The decoder layer holding `block` (the block's parent whose class can checkpoint), if any."""
+    parts = block.name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        mod = model.get_submodule(".".join(parts[:cut]))
+        if hasattr(type(mod), "gradient_checkpointing"):
+            return mod
+    return None
+
+
+def _carry_chain(layer: nn.Module, chain: Chain, index: int) -> None:
+    cls = type(layer)
+    if not issubclass(cls, _ChainCarrier):
+        raw = layer.__dict__.pop("_gradient_checkpointing_func", None)
+        layer.__class__ = type(f"Merging{cls.__name__}", (_ChainCarrier, cls), {})
+        if raw is not None:
+            layer._gradient_checkpointing_func = raw
+    layer._namex_chain, layer._namex_index = chain, index
+
+
+def _uncarry_chain(layer: nn.Module) -> None:
+    if isinstance(layer, _ChainCarrier):
+        raw = layer.__dict__.pop("_namex_raw_ckpt_func", None)
+        layer.__class__ = next(c for c in type(layer).__mro__[1:] if not issubclass(c, _ChainCarrier))
+        if raw is not None:
+            layer._gradient_checkpointing_func = raw
+
+
+# ------------------------------------------------------------------------------------------------------- apply/remove
 def apply_merging(model: nn.Module, options: MergeOptions) -> list[MoEBlock]:
     """Patch every MoE block of `model` to merge its experts (see the module docstring); returns the blocks."""
     if options.mode not in MERGE_MODES:
@@ -88,8 +222,14 @@ def apply_merging(model: nn.Module, options: MergeOptions) -> list[MoEBlock]:
         index = chain.register() if merger.propagates else 0
         # Kept out of the module tree (object.__setattr__): the checkpoint keeps the model's own keys only.
         object.__setattr__(b.module, "_namex_patch", _Patch(b, merger, chain, index, options.segment,
-                                                             options.top_k or E))
+                                                             options.top_k or E, options.chunk))
         b.module.forward = types.MethodType(_merged_forward, b.module)
+        layer = _decoder_layer(model, b) if merger.propagates else None
+        if layer is not None:
+            _carry_chain(layer, chain, index)
+    if chain.length:  # the states belong to one forward pass: drop them when it ends
+        handle = model.register_forward_hook(lambda *_: chain.clear())
+        object.__setattr__(model, "_namex_chain_hook", handle)
     return blocks
 
 
@@ -99,6 +239,12 @@ def remove_merging(model: nn.Module) -> None:
         if "_namex_patch" in vars(b.module):
             del b.module.forward
             object.__delattr__(b.module, "_namex_patch")
+    for m in model.modules():
+        _uncarry_chain(m)
+    handle = vars(model).get("_namex_chain_hook")
+    if handle is not None:
+        handle.remove()
+        object.__delattr__(model, "_namex_chain_hook")
 
 
 def set_merging_train(model: nn.Module, mode: bool) -> None:

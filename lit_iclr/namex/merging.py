@@ -59,14 +59,32 @@ class DomainVectors:
         return torch.bmm(w.unsqueeze(1), self.tau).squeeze(1)
 
     @torch.no_grad()
-    def gram(self) -> Tensor:
-        """[tau_i . tau_j], (U|1, n, n), in float64 (the expanded form subtracts nearly equal terms)."""
+    def gram(self, chunk: int = 1 << 16) -> Tensor:
+        """[tau_i . tau_j], (U|1, n, n), in float64 (the expanded form subtracts nearly equal terms).
+
+        Accumulated over column blocks of `chunk` parameters, so only (n + U) x chunk float64 values exist at a time
+        (never a float64 copy of the (U, P) bases or (n, P) experts).
+        """
         if self.tau is not None:
             t = self.tau.double()
             return t @ t.transpose(-1, -2)
-        E, b = self.experts.double(), self.base.double()
-        eb = b @ E.T                                                        # (U|1, n)
-        return E @ E.T - eb.unsqueeze(-1) - eb.unsqueeze(-2) + (b * b).sum(-1)[:, None, None]
+        n, P = self.experts.shape
+        U = self.base.shape[0]
+        dev = self.experts.device
+        EE = torch.zeros(n, n, dtype=torch.float64, device=dev)
+        eb = torch.zeros(U, n, dtype=torch.float64, device=dev)
+        bb = torch.zeros(U, dtype=torch.float64, device=dev)
+        for a in range(0, P, chunk):
+            E, b = self.experts[:, a:a + chunk].double(), self.base[:, a:a + chunk].double()
+            EE += E @ E.T
+            eb += b @ E.T
+            bb += (b * b).sum(-1)
+        return EE - eb.unsqueeze(-1) - eb.unsqueeze(-2) + bb[:, None, None]
+
+
+def replaying() -> bool:
+    """True while autograd runs a backward pass, i.e. when a forward runs now it is an activation-checkpoint replay."""
+    return torch._C._current_graph_task_id() != -1
 
 
 class ExpertMerger(nn.Module):
@@ -129,9 +147,8 @@ class ExpertMerger(nn.Module):
 
     def nash_alpha(self, tau: DomainVectors) -> Tensor:
         """Nash bargaining weights (U|1, n) of the domain vectors (stop-gradient, as in Nash-MTL)."""
-        refresh = self.nash_every <= 1 or (self.training and int(self.nash_calls) % self.nash_every == 0)
-        if self.training:
-            self.nash_calls += 1
+        calls = int(self.nash_calls) - (1 if self.training and replaying() else 0)  # a replay repeats the last call
+        refresh = self.nash_every <= 1 or (self.training and calls % self.nash_every == 0)
         if not refresh:
             return self.alpha_cache.to(tau.experts.device, tau.dtype).unsqueeze(0)
         G = tau.gram()                                                       # Gram matrix [tau_i . tau_j]
@@ -141,8 +158,13 @@ class ExpertMerger(nn.Module):
             self.alpha_cache.copy_(alpha.mean(0))
         return alpha.to(tau.dtype)
 
+    def tick(self) -> None:
+        """Count one training forward for the Nash refresh schedule (not while activation checkpointing replays it)."""
+        if self.training and not replaying():
+            self.nash_calls += 1
+
     def forward(self, bank: Tensor, gates: Tensor, chain: Chain | None = None, index: int = 0,
-                curvature: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+                curvature: Callable[[Tensor], Tensor] | None = None, tick: bool = True) -> Tensor:
         """Merged flat experts (U, P).
 
         Args:
@@ -151,16 +173,24 @@ class ExpertMerger(nn.Module):
             chain: Shared propagation state of the network (EP-CAMEx, NAMEx); None = a standalone layer.
             index: This layer's position in the chain (0 starts from its own base).
             curvature: Optional M (tau -> M tau) of CAMEx.
+            tick: Count this call for the Nash schedule (false when one forward merges its units in several calls).
         """
+        merged = self._merge(bank, gates, chain, index, curvature)
+        if tick:
+            self.tick()
+        return merged
+
+    def _merge(self, bank: Tensor, gates: Tensor, chain: Chain | None, index: int,
+               curvature: Callable[[Tensor], Tensor] | None) -> Tensor:
         if self.mode == "smear":
             return gates @ bank
-        prev = chain.state if (self.propagates and chain is not None and index > 0) else None
+        prev = chain.read(index) if (self.propagates and chain is not None) else None
         base = prev.base if prev is not None else bank[:1]                  # (U|1, P)
         tau = self.domain_vectors(bank[1:], base, curvature)
         if self.mode != "namex":
             merged = torch.add(base, tau.weighted(gates), alpha=self.gamma)  # CAMEx: E_base + gamma sum_i s_i tau_i
             if self.mode == "ep_camex" and chain is not None:
-                chain.state = PropagationState(merged)                        # E_base^{l+1} = E_hat^l
+                chain.write(index, PropagationState(merged))                  # E_base^{l+1} = E_hat^l
             return merged
         alpha = self.nash_alpha(tau)
         if self.alpha_mode == "product":
@@ -172,7 +202,7 @@ class ExpertMerger(nn.Module):
                                              delta, self.beta_abs, self.beta_phase)
         next_base = torch.add(base, mu_re, alpha=self.gamma)                 # E_base^{l+1} = E_base^l + gamma Re(mu)
         if chain is not None:
-            chain.state = PropagationState(next_base, mu_re, mu_im)
+            chain.write(index, PropagationState(next_base, mu_re, mu_im))
         if self.alpha_mode == "product":
             return next_base                                                 # E_hat^l = E_base^{l+1}
         return torch.add(base, tau.weighted(gates), alpha=self.gamma)        # the layer's own router merge

@@ -282,21 +282,30 @@ class NAMExTopicClassifier(MergingModule):
 class NAMExHFCausalLM(PerplexityModule):
     """A Hugging Face MoE causal LM (Qwen2-MoE / Qwen1.5-MoE, Mixtral, DeepSeek-MoE) whose MoE blocks merge experts.
 
-    Zero-shot: `test` with a pretrained `checkpoint` (no training). Fine-tune: `fit` (stack configs/trainer/fsdp.yaml
-    for large models: the model is built in `configure_model`, so FSDP shards it while materialising).
+    Zero-shot: `test` with a pretrained `checkpoint` (no training). Fine-tune: `fit`; for large models stack
+    configs/trainer/fsdp.yaml (Lightning's ModelParallelStrategy): the model is built in `configure_model` and sharded
+    there with FSDP2 (`fully_shard` per decoder block, optionally per experts group), on GPUs or on CPU processes.
+    Before a run starts the memory plan of the configuration (weights, gradients, optimizer state, activations, merge
+    buffers per device) is printed by rank 0.
     """
 
     def __init__(self, checkpoint: str | None = None, arch: str = "qwen2_moe", vocab_size: int = 2048,
-                 merge: MergeOptions | None = None, warmup_frac: float = 0.05,
+                 merge: MergeOptions | None = None, warmup_frac: float = 0.05, activation_checkpointing: bool = False,
+                 shard_experts: bool = False, param_dtype: str | None = None, reduce_dtype: str | None = None,
                  optimizer: OptimizerCallable = _default_optimizer):
         """
         Args:
             checkpoint: Local Hugging Face checkpoint folder (safetensors); null builds a tiny random `arch` model
                 with the corpus' vocabulary (tests, smoke runs).
-            arch: Tiny architecture when checkpoint is null: qwen2_moe, mixtral, deepseek_v2, deepseek_v3.
+            arch: Tiny architecture when checkpoint is null: qwen2_moe, mixtral, deepseek_v2, deepseek_v3, deepseek.
             vocab_size: Vocabulary of the tiny model (linked from the corpus); a checkpoint keeps its own.
             merge: Merging options (mode smear/camex/ep_camex/namex; `segment` tokens per merge unit).
             warmup_frac: Fraction of the steps in linear learning-rate warm-up.
+            activation_checkpointing: Recompute each decoder layer in the backward (non-reentrant; the merging chain's
+                state crosses the checkpoints explicitly, so gradients are unchanged).
+            shard_experts: Under the FSDP2 strategy, shard each layer's routed experts as their own group as well.
+            param_dtype: Under the FSDP2 strategy, the dtype parameters are gathered in (e.g. bfloat16; null: as stored).
+            reduce_dtype: Under the FSDP2 strategy, the dtype gradients are reduced in (null: param_dtype).
             optimizer: Optimizer factory.
         """
         super().__init__(0.0, warmup_frac, optimizer)
@@ -309,16 +318,30 @@ class NAMExHFCausalLM(PerplexityModule):
     def configure_model(self) -> None:
         if self.net is not None:
             return
-        from lit_iclr.core.hf_moe import load_pretrained, tiny_model
+        from lit_iclr.core.moe import load_pretrained, tiny_model
 
         from .hf import apply_merging
 
-        if self.hparams.checkpoint:
-            self.net = load_pretrained(self.hparams.checkpoint)
+        hp = self.hparams
+        if hp.checkpoint:
+            self.net = load_pretrained(hp.checkpoint)
         else:
-            self.net = tiny_model(self.hparams.arch, vocab_size=self.hparams.vocab_size)
+            self.net = tiny_model(hp.arch, vocab_size=hp.vocab_size)
         self.net.train(self.training)
         apply_merging(self.net, self.merge)
+        if hp.activation_checkpointing:
+            self.net.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        from lit_iclr.core.moe.sharding import shard_model, strategy_mesh
+
+        mesh = strategy_mesh(self)
+        if mesh is not None:  # configs/trainer/fsdp.yaml: FSDP2 per decoder block
+            shard_model(self.net, mesh, hp.param_dtype, hp.reduce_dtype, hp.shard_experts)
+
+    def on_fit_start(self) -> None:
+        if self.trainer.is_global_zero and self.net is not None:
+            from lit_iclr.core.moe.memory import plan_for_run
+
+            print(plan_for_run(self), flush=True)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -329,7 +352,8 @@ class NAMExHFCausalLM(PerplexityModule):
         return self
 
     def token_nll(self, batch: dict[str, Tensor]) -> Tensor:
-        logits = self.net(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        logits = self.net(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          use_cache=False).logits[:, :-1]
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1),
                               reduction="none").view(logits.shape[0], -1)
         return nll * batch["attention_mask"][:, 1:]

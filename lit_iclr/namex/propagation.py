@@ -48,18 +48,33 @@ class PropagationState:
 
 
 class Chain:
-    """A plain object shared by the merging layers of one network, through which they pass `PropagationState`.
+    """The propagation states of the merging layers of one network, one per layer index, for one forward pass.
 
-    Layer 0 of a chain never reads the state (it starts from its own learned base), so the chain needs no reset between
-    forward passes; layers must run in index order, which every sequential stack (timm blocks, HF decoders) does.
-    It is deliberately not an nn.Module: it holds activations, not parameters, and must not enter state dicts.
+    Layer i writes `states[i]` and layer i+1 reads it. Keying by layer (instead of one "current" slot) makes a
+    recomputed layer (activation checkpointing replays layer i during the backward, after the whole forward has run)
+    read the state of *its* predecessor, not of the last layer. Under checkpointing the states additionally cross every
+    checkpointed decoder layer as explicit inputs/outputs (`lit_iclr.namex.hf`), so a reentrant replay, which runs
+    under its own autograd graph, differentiates through them too. Layer 0 never reads (it starts from its own learned
+    base), and layers run in index order, which every sequential stack (timm blocks, HF decoders) does.
+    Deliberately not an nn.Module: it holds activations, not parameters, and must not enter state dicts.
     """
 
     def __init__(self) -> None:
-        self.state: PropagationState | None = None
+        self.states: dict[int, PropagationState] = {}
         self.length = 0
 
     def register(self) -> int:
         """Give the next layer its index in the chain."""
         self.length += 1
         return self.length - 1
+
+    def read(self, index: int) -> PropagationState | None:
+        """What layer `index` starts from (None for layer 0: its own base)."""
+        return self.states.get(index - 1) if index > 0 else None
+
+    def write(self, index: int, state: PropagationState) -> None:
+        self.states[index] = state
+
+    def clear(self) -> None:
+        """Drop the states (after a forward pass: they are part of the autograd graph, not needed beyond it)."""
+        self.states.clear()

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_iclr.cli import LitIclrCLI, main
-from lit_iclr.core.hf_moe import check_moe, load_compact
+from lit_iclr.core.moe import check_moe, load_compact
 from lit_iclr.heapr import HEAPrLM
 
 from .helpers import write_corpus

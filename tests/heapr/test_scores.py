@@ -8,7 +8,7 @@ import torch
 from scipy.stats import spearmanr
 
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.hf_moe import UnsupportedMoEError, check_moe, moe_blocks, tiny_model, unfuse_experts
+from lit_iclr.core.moe import UnsupportedMoEError, check_moe, moe_blocks, tiny_model, unfuse_experts
 from lit_iclr.heapr.calibrate import calibrate, lm_loss_sum
 from lit_iclr.heapr.prune import prune_model
 from lit_iclr.heapr.scores import atom_scores, global_keep

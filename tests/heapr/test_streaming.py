@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from lit_iclr.core.hf_moe import check_moe, load_compact, tiny_model
+from lit_iclr.core.moe import check_moe, load_compact, tiny_model
 from lit_iclr.core.tokenizer import train_bpe
 from lit_iclr.heapr.calibrate import calibrate
 from lit_iclr.heapr.prune import prune_model

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lit_iclr.core.hf_moe import moe_blocks, tiny_model
+from lit_iclr.core.moe import moe_blocks, tiny_model
 from lit_iclr.namex.ffn import MergeOptions
 from lit_iclr.namex.hf import apply_merging, remove_merging
 
@@ -83,3 +83,21 @@ def test_fine_tune_gradients_reach_experts_and_router_and_removal_restores(arch)
 def test_dense_or_smoe_modes_are_refused():
     with pytest.raises(ValueError, match="supports modes"):
         apply_merging(tiny_model("mixtral"), MergeOptions(mode="smoe"))
+
+
+def test_deepseek_v3_merge_weights_follow_its_sigmoid_router_not_a_softmax():
+    from lit_iclr.namex.hf import router_gates
+
+    model = tiny_model("deepseek_v3")
+    b = moe_blocks(model)[0]
+    with torch.no_grad():
+        b.router.e_score_correction_bias.copy_(torch.tensor([0.0, 5.0, 0.0, 0.0]))  # forces expert 1 into the top-k
+    u = torch.randn(6, b.hidden_size)
+    s = torch.sigmoid(u @ b.router.weight.T.float())
+    torch.testing.assert_close(router_gates(b, u, 4), s / s.sum(-1, keepdim=True))
+    two = router_gates(b, u, 2)
+    chosen = (s + b.router.e_score_correction_bias).topk(2, -1).indices
+    want = torch.zeros_like(s).scatter(-1, chosen, s.gather(-1, chosen))
+    torch.testing.assert_close(two, want / want.sum(-1, keepdim=True))
+    assert (two[:, 1] > 0).all()
+    assert not torch.allclose(router_gates(b, u, 4), torch.softmax(u @ b.router.weight.T, -1))
