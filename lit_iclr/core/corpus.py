@@ -559,8 +559,8 @@ class CorpusDataModule(BaseDataModule):
         ids = encode_batch(self.tokenizer, [render_lm(d, topic_in_text=False) for d in docs])
         ds = TopicDataset(ids, labels, self.seq_len, self.eos_id, self.pad_id)
         shuffle = split == "train" if shuffle is None else shuffle
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(ds, batch_size or self.batch_size, shuffle=shuffle, generator=g)
+        # resumable: its order depends only on (seed, epoch) and its position is checkpointed, so a topic fit resumes exactly
+        return ResumableDataLoader(ds, batch_size=batch_size or self.batch_size, shuffle=shuffle, seed=self.seed)
 
     def topic_choice_dataloader(self, split: str = "test", batch_size: int | None = None, per_class: int | None = -1):
         """Zero-shot topic scoring batches (see `score_choices`); `per_class=-1` uses `topic_docs_per_class`."""

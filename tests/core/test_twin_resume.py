@@ -16,7 +16,6 @@ CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs
 FAST = {"reimts", "aire_prune_listops"}  # a plain-DataLoader method before, and a token-sequence one
 # Known not exact yet (found by this sweep); each reason names what to fix.
 KNOWN = {
-    "namex_topic": "core/corpus.py: the topic training loader is a plain DataLoader (use ResumableDataLoader)",
     "cibm": "parameter `beta` differs after resume: state outside the checkpoint",
 }
 

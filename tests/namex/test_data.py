@@ -60,7 +60,7 @@ def test_truncated_idx_file_names_the_file(tmp_path):
 
 def test_labels_out_of_range_are_rejected(tmp_path):
     fake_fashion(tmp_path, label_max=11)
-    with pytest.raises(DatasetFormatError, match="labels outside"):
+    with pytest.raises(DatasetFormatError, match="outside 0..9"):
         FashionMNISTData(root=str(tmp_path), val_size=5).setup("fit")
 
 
