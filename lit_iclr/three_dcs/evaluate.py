@@ -1,0 +1,151 @@
+"""GCE evaluation: score a representation on the three 3DCS axes and summarise per metric (mean, 95% CI, n).
+
+A representation is either a function `embed(mols) -> (C, dim)` array (bool = bit fingerprint), run here group by
+group, or embedding files in dataset row order (`score_embedding_files`, for a model run elsewhere).
+
+    python -m lit_iclr.three_dcs.evaluate --root data/three_dcs-v1 --embeddings my_model/ [--metric-version v2]
+
+reads `my_model/{rotation,chirality,traj}.npz` (array `embeddings`) and prints the GCE table.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import formats
+from .chirality import chirality_metrics, chirality_spec
+from .distances import mean_ci, representation_distance
+from .energy import energy_metrics, energy_spec, window_starts
+from .geometry import geometry_metrics, geometry_spec, rmsd_matrix
+
+HEADLINE = {"geometry": ("A1_spearman", "A2_kendall", "G_cka_rbf", "J_isotonic_R2", "H_LIE@k", "torsion_sp", "AS"),
+            "chirality": ("ES_AUC", "NN1_acc", "SCI", "Hopkins", "SCI_unsup", "DBI"),
+            "energy": ("spearman", "kendall", "cka_rbf", "iso_R2", "EJS", "ROC_AUC", "TS", "KS", "W1")}
+
+
+@dataclass
+class Benchmark:
+    """The three datasets of one 3DCS folder, with the reference RMSD matrices computed once and cached."""
+
+    rotation: list
+    chirality: list
+    traj: list
+    rmsd: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: str | Path) -> Benchmark:
+        root = Path(root)
+        return cls(formats.read_rotation(root), formats.read_chirality(root), formats.read_traj(root))
+
+    def reference(self, group) -> np.ndarray:
+        if group.key not in self.rmsd:
+            self.rmsd[group.key] = rmsd_matrix(group.mols)
+        return self.rmsd[group.key]
+
+    def n_rows(self, axis: str) -> int:
+        groups = {"rotation": self.rotation, "chirality": self.chirality, "traj": self.traj}[axis]
+        return groups[-1].rows.stop if groups else 0
+
+
+def _distance(Z: np.ndarray, metric: str) -> np.ndarray:
+    return representation_distance(Z, "tanimoto" if Z.dtype == bool else metric)
+
+
+def score(bench: Benchmark, embed: Callable | None = None, files: dict | None = None, version: str = "paper",
+          geometry_distance: str = "cosine", chirality_distance: str = "euclidean", energy_distance: str = "half_cosine",
+          window: int = 50, n_windows: int = 4, window_seed: int = 2025, unsup_kmax: int | None = None,
+          axes=("geometry", "chirality", "energy")) -> dict:
+    """Per-group metric rows for each axis, plus timing. Give `embed` (callable on a list of Mols) or `files`
+    ({"rotation"|"chirality"|"traj": (n_rows, dim) array in dataset row order})."""
+
+    def Z_of(group, axis):
+        return np.asarray(embed(group.mols)) if embed is not None else files[axis][group.rows]
+
+    out: dict = {"rows": {}, "seconds": {}, "conformers": {}}
+    if "geometry" in axes:
+        spec, rows, t, n = geometry_spec(version), [], time.perf_counter(), 0
+        for g in bench.rotation:  # one molecule at a time: metrics are within-molecule
+            Z = Z_of(g, "rotation")
+            rows.append(geometry_metrics(bench.reference(g), _distance(Z, geometry_distance), g.torsion_deg, spec, Z,
+                                         cosine=geometry_distance == "cosine" and Z.dtype != bool))
+            n += len(g.mols)
+        out["rows"]["geometry"], out["seconds"]["geometry"], out["conformers"]["geometry"] = rows, time.perf_counter() - t, n
+    if "chirality" in axes:
+        spec, rows, t, n = chirality_spec(version, unsup_kmax=unsup_kmax), [], time.perf_counter(), 0
+        for g in bench.chirality:
+            Z = Z_of(g, "chirality")
+            X = None if Z.dtype == bool else Z
+            rows.append(chirality_metrics(_distance(Z, chirality_distance), g.labels, X, spec,
+                                          cosine=chirality_distance == "cosine"))
+            rows[-1]["enantiomers_only"] = len(set(g.labels)) == 2 and g.extra.get("n_centres", 1) == 1
+            n += len(g.mols)
+        out["rows"]["chirality"], out["seconds"]["chirality"], out["conformers"]["chirality"] = rows, time.perf_counter() - t, n
+    if "energy" in axes:
+        spec, rows, t, n = energy_spec(version), [], time.perf_counter(), 0
+        for g in bench.traj:
+            Z = Z_of(g, "traj")
+            n += len(g.mols)
+            for s in window_starts(len(g.energies), n_windows, window, window_seed):
+                sl = slice(int(s), int(s) + window)
+                rows.append(energy_metrics(g.energies[sl], _distance(Z[sl], energy_distance), spec))
+        out["rows"]["energy"], out["seconds"]["energy"], out["conformers"]["energy"] = rows, time.perf_counter() - t, n
+    return out
+
+
+def summarise(result: dict, metrics: dict | None = None) -> dict[str, dict[str, tuple[float, float, int]]]:
+    """{axis: {metric: (mean, 95% half-width, n finite)}} over molecules (geometry, chirality) or windows (energy)."""
+    metrics = metrics or HEADLINE
+    out = {axis: {m: mean_ci([r.get(m, np.nan) for r in rows]) for m in metrics[axis]}
+           for axis, rows in result["rows"].items()}
+    if "chirality" in result["rows"]:  # enantiomer pairs alone: the case a reflection-invariant feature cannot separate
+        rows = [r for r in result["rows"]["chirality"] if r.get("enantiomers_only")]
+        out["enantiomers"] = {m: mean_ci([r.get(m, np.nan) for r in rows]) for m in metrics["chirality"]}
+    return out
+
+
+def markdown(summaries: dict[str, dict], axis: str, metrics=None) -> str:
+    """One markdown table: a row per representation, `mean ± CI` per metric."""
+    metrics = metrics or HEADLINE["chirality" if axis == "enantiomers" else axis]
+    lines = ["| representation | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    for name, summ in summaries.items():
+        cells = []
+        for m in metrics:
+            mean, ci, n = summ[axis][m]
+            cells.append("n/a" if n == 0 else f"{mean:.3f} ± {ci:.3f}" if np.isfinite(ci) else f"{mean:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def score_embedding_files(root: Path, folder: Path, version: str = "paper") -> dict:
+    """Score `folder/{rotation,chirality,traj}.npz` (array `embeddings`, dataset row order) on the dataset at `root`."""
+    bench = Benchmark.load(root)
+    files, axes = {}, []
+    for axis, name in (("rotation", "geometry"), ("chirality", "chirality"), ("traj", "energy")):
+        path = Path(folder) / f"{axis}.npz"
+        if path.exists():
+            files[axis] = formats.read_embeddings(path, bench.n_rows(axis))
+            axes.append(name)
+    if not axes:
+        raise formats.DatasetNotFoundError(folder, "no rotation.npz, chirality.npz or traj.npz here",
+                                           "save embeddings with np.savez(folder / 'rotation.npz', embeddings=Z)")
+    return summarise(score(bench, files=files, version=version, axes=tuple(axes)))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description="Score embedding files (dataset row order) on a 3DCS folder.")
+    p.add_argument("--root", required=True, help="3DCS folder with rotation/, chirality/, traj_frames/, traj_energies/")
+    p.add_argument("--embeddings", required=True, help="folder with rotation.npz / chirality.npz / traj.npz")
+    p.add_argument("--metric-version", default="paper", choices=("paper", "v2"))
+    a = p.parse_args(argv)
+    summ = score_embedding_files(Path(a.root), Path(a.embeddings), a.metric_version)
+    for axis in summ:
+        print(f"\n{axis}\n" + markdown({Path(a.embeddings).name: summ}, axis))
+
+
+if __name__ == "__main__":
+    main()
