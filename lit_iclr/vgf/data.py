@@ -1,6 +1,6 @@
-"""Offline RL data for VGF: readers of OGBench `.npz` and D4RL `.hdf5`, and the DataModules around them.
+"""Offline RL data for VGF: the DataModules around the OGBench `.npz` and D4RL `.hdf5` readers of `core.offline_rl`.
 
-Both readers return the same transition dict of float32 arrays (and the DataModules batches of the same keys):
+The readers return the same transition dict of float32 arrays (and the DataModules batches of the same keys):
 
     observations [T, obs_dim], actions [T, action_dim], rewards [T], next_observations [T, obs_dim], masks [T]
 
@@ -27,147 +27,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError, DatasetNotFoundError
+from lit_iclr.core.offline_rl import KEYS, check_reference_scores, read_d4rl_hdf5, read_ogbench_npz
 
 from .envs import make_env
 
-KEYS = ("observations", "actions", "rewards", "next_observations", "masks")
-
-
-# ----------------------------------------------------------------------------------------------------------- checks
-def _require(path: Path, raw, keys: tuple[str, ...], fix: str) -> None:
-    for k in keys:
-        if k not in raw:
-            raise DatasetFormatError(path, f"missing key {k!r} (found {sorted(raw.keys())})", fix)
-
-
-def _check_lengths(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    n = len(arrays["observations"])
-    for k, v in arrays.items():
-        if len(v) != n:
-            raise DatasetFormatError(path, f"key {k!r} has {len(v)} rows but 'observations' has {n}",
-                                     "every per-step array must have one row per step; regenerate or repair the file")
-    if n == 0:
-        raise DatasetFormatError(path, "key 'observations' is empty", "point at a dataset with transitions")
-
-
-def _check_finite(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    for k, v in arrays.items():
-        if np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all():
-            bad = np.flatnonzero(~np.isfinite(v.reshape(len(v), -1)).all(-1))
-            raise DatasetFormatError(path, f"key {k!r} has {bad.size} rows with NaN/inf (first at row {bad[0]})",
-                                     f"drop or repair those rows of {k!r}; VGF never trains on non-finite values")
-
-
-def _check_actions(path: Path, actions: np.ndarray, low: float, high: float, tol: float = 1e-4) -> None:
-    if actions.ndim != 2:
-        raise DatasetFormatError(path, f"key 'actions' has shape {actions.shape}, expected [T, action_dim]",
-                                 "store one action vector per row")
-    out = (actions < low - tol) | (actions > high + tol)
-    if out.any():
-        row = int(np.flatnonzero(out.any(-1))[0])
-        raise DatasetFormatError(
-            path, f"key 'actions' has values outside the action space [{low}, {high}] (e.g. row {row}: "
-            f"{np.round(actions[row], 3).tolist()})",
-            "rescale the actions to the environment's action space, or check that the file belongs to this task")
-
-
-# ---------------------------------------------------------------------------------------------------------- readers
-def read_d4rl_hdf5(path: str | Path, action_low: float = -1.0, action_high: float = 1.0) -> dict[str, np.ndarray]:
-    """Transitions of a D4RL-format HDF5 file (see the module docstring); raises `DatasetFormatError` on bad input."""
-    import h5py
-
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetNotFoundError(path, "D4RL HDF5 file not found", "point `root` at a D4RL .hdf5 file")
-    try:
-        with h5py.File(path, "r") as f:
-            raw = {k: f[k][()] for k in f.keys() if isinstance(f[k], h5py.Dataset)}
-    except OSError as e:
-        raise DatasetFormatError(path, f"not a readable HDF5 file ({e})", "re-download or regenerate it") from e
-    fix = "a D4RL file holds observations, actions, rewards, terminals and timeouts (or next_observations)"
-    _require(path, raw, ("observations", "actions", "rewards", "terminals"), fix)
-    if "next_observations" not in raw:
-        _require(path, raw, ("timeouts",), "needed to derive next_observations: " + fix)
-    per_step = {k: np.asarray(raw[k]) for k in ("observations", "actions", "rewards", "terminals", "timeouts",
-                                                "next_observations") if k in raw}
-    _check_lengths(path, per_step)
-    _check_finite(path, per_step)
-    _check_actions(path, per_step["actions"], action_low, action_high)
-
-    obs = per_step["observations"].astype(np.float32)
-    terminals = per_step["terminals"].astype(bool).reshape(-1)
-    if "next_observations" in per_step:
-        keep = np.ones(len(obs), dtype=bool)
-        next_obs = per_step["next_observations"].astype(np.float32)
-    else:
-        timeouts = per_step["timeouts"].astype(bool).reshape(-1)
-        # Row i's successor is row i + 1 unless i ends an episode. A terminal step needs no successor (mask 0):
-        # it keeps its own observation as a placeholder. A time-limit end (or the file's last row) has none: dropped.
-        next_obs = np.concatenate([obs[1:], obs[-1:]])
-        next_obs[terminals] = obs[terminals]
-        keep = terminals | ~timeouts
-        keep[-1] = terminals[-1]
-    return {
-        "observations": obs[keep],
-        "actions": per_step["actions"].astype(np.float32)[keep],
-        "rewards": per_step["rewards"].astype(np.float32).reshape(-1)[keep],
-        "next_observations": next_obs[keep],
-        "masks": (1.0 - terminals[keep]).astype(np.float32),
-    }
-
-
-def read_ogbench_npz(path: str | Path, env=None, env_name: str | None = None,
-                     action_low: float = -1.0, action_high: float = 1.0) -> dict[str, np.ndarray]:
-    """Transitions of an OGBench `.npz` file; single-task rewards/masks are relabelled with `env` (see docstring).
-
-    Without `env` the file must already hold `rewards` (and optionally `masks`) per row.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetNotFoundError(path, "OGBench .npz file not found",
-                                   "point `root` at the folder of OGBench datasets (e.g. ~/.ogbench/data)")
-    try:
-        with np.load(path) as f:
-            raw = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as e:
-        raise DatasetFormatError(path, f"not a readable .npz file ({e})", "re-download or regenerate it") from e
-    fix = "an OGBench file holds observations, actions, terminals (+ qpos, qvel for single-task rewards)"
-    _require(path, raw, ("observations", "actions", "terminals"), fix)
-    relabel = env is not None
-    if relabel:
-        _require(path, raw, ("qpos", "qvel"), "single-task rewards are computed from them: " + fix)
-        if "puzzle" in (env_name or "") or "scene" in (env_name or ""):
-            _require(path, raw, ("button_states",), "puzzle/scene rewards are computed from them: " + fix)
-    else:
-        _require(path, raw, ("rewards",), "without an environment to relabel from, the file must hold rewards")
-    per_step = {k: np.asarray(v) for k, v in raw.items() if k in
-                ("observations", "actions", "terminals", "qpos", "qvel", "button_states", "rewards", "masks")}
-    _check_lengths(path, per_step)
-    _check_finite(path, per_step)
-    _check_actions(path, per_step["actions"], action_low, action_high)
-    terminals = per_step["terminals"].astype(bool).reshape(-1)
-    if not terminals[-1]:
-        raise DatasetFormatError(path, "key 'terminals': the last row does not end a trajectory",
-                                 "OGBench files mark the last row of every trajectory with terminals = 1")
-
-    ob_mask = ~terminals  # rows with a successor in the same trajectory
-    next_mask = np.concatenate([[False], ob_mask[:-1]])
-    out = {
-        "observations": per_step["observations"][ob_mask].astype(np.float32),
-        "actions": per_step["actions"][ob_mask].astype(np.float32),
-        "next_observations": per_step["observations"][next_mask].astype(np.float32),
-    }
-    if relabel:
-        from ogbench.relabel_utils import relabel_dataset
-
-        info = {k: per_step[k][ob_mask] for k in ("qpos", "qvel", "button_states") if k in per_step}
-        relabel_dataset(env_name, env, info)
-        out["rewards"], out["masks"] = info["rewards"], info["masks"]
-    else:
-        out["rewards"] = per_step["rewards"][ob_mask].astype(np.float32).reshape(-1)
-        out["masks"] = (per_step["masks"][ob_mask] if "masks" in per_step
-                        else np.ones(ob_mask.sum())).astype(np.float32).reshape(-1)
-    return out
+__all__ = ["KEYS", "D4RLData", "OGBenchData", "OfflineRLData", "TransitionLoader", "read_d4rl_hdf5", "read_ogbench_npz"]
 
 
 # ---------------------------------------------------------------------------------------------------------- loaders
@@ -467,6 +331,7 @@ class D4RLData(OfflineRLData):
             for key in ("ref_min_score", "ref_max_score"):
                 if getattr(self, key) is None and meta is not None and key in meta:
                     setattr(self, key, float(meta[key][()]))
+        check_reference_scores(self.data_file, self.ref_min_score, self.ref_max_score)
         return data
 
     def score(self, returns: np.ndarray, successes: np.ndarray) -> np.ndarray:

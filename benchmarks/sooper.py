@@ -1,0 +1,189 @@
+"""SOOPER benchmark: safety during learning and return over the prior, against the baselines, on the default task.
+
+Every method runs configs/sooper.yaml through the CLI (same prior, networks, model, real-step budget), only the
+switches differ:
+  SOOPER            filter=sooper   (shield C_t + gamma_c^t Q_c(s, a) < d, rollouts terminate there with Q_r value)
+  prior             learn=false     (pi_hat alone)
+  MB-SAC            filter=none     (unshielded model-based SAC, same optimism)
+  SAC-Lagrangian    filter=none, lagrangian=true (reward r - lambda c on the same model data, dual ascent on J_c - d)
+  advantage shield  filter=advantage (SAILR: Q_c(s,a) - Q_c(s,pi_hat(s)) > threshold)
+Reported per method (mean over seeds): final return (deterministic policy through its filter, 5 held-out episodes),
+return relative to the prior, episodes whose discounted cost exceeded d during learning, total real cost during
+learning, intervention rate early/late, real env steps/s and imagined transitions/s. Paired 95% CIs over seeds.
+Speed also: one batched ensemble forward (E members x N rollouts) vs a Python loop over members, in the same run.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sooper.py --jobs 4     # 3 seeds, 10 real episodes per run
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sooper.py --quick      # smoke run
+Figures: seeds/figures/sooper_curves.png.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing as mp
+import os
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = {
+    "SOOPER": [],
+    "prior": ["--model.init_args.learn", "false"],
+    "MB-SAC (unshielded)": ["--model.init_args.filter", "none"],
+    "SAC-Lagrangian": ["--model.init_args.filter", "none", "--model.init_args.lagrangian", "true"],
+    "advantage shield (SAILR)": ["--model.init_args.filter", "advantage"],
+}
+
+
+def run(job: tuple[str, int, list[str], str]) -> dict:
+    method, seed, extra, out = job
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    from lit_iclr.cli import main
+
+    run_dir = Path(out) / f"{method.split()[0]}-s{seed}"
+    t0 = time.perf_counter()
+    cli = main(["fit", "--config", str(ROOT / "configs/sooper.yaml"), "--seed_everything", str(seed),
+                "--model.init_args.seed", str(seed), "--trainer.default_root_dir", str(run_dir),
+                "--data.init_args.data_dir", str(Path(out) / "data"), "--trainer.enable_progress_bar", "false",
+                *METHODS[method], *extra])
+    wall = time.perf_counter() - t0
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/return")]
+    col = lambda k: [float(r[k]) if r.get(k) else float("nan") for r in rows]
+    result = {"method": method, "seed": seed, "wall_s": wall, "final": cli.model.final,
+              **{k.split("/")[1]: col(k) for k in ("train/return", "train/cost", "train/discounted_cost", "train/violation",
+                                                    "train/intervention_rate", "train/real_steps", "speed/env_steps_per_s",
+                                                    "speed/imagined_per_s")}}
+    (run_dir / "result.json").write_text(json.dumps(result))  # each run on its own: a partial benchmark can be reported
+    return result
+
+
+def paired_ci(a: np.ndarray, b: np.ndarray) -> str:
+    from scipy import stats
+
+    d = np.asarray(a) - np.asarray(b)
+    if len(d) < 2 or np.allclose(d, d[0]):
+        return f"{d.mean():+.2f} (no spread)"
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    sig = "" if abs(d.mean()) > half else ", not significant"
+    return f"{d.mean():+.2f} [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]{sig}"
+
+
+def ensemble_speed(members: int = 5, rollouts: int = 256, reps: int = 200) -> tuple[float, float]:
+    """Imagined-step forward of the dynamics ensemble: one batched call vs a loop over members (transitions/s)."""
+    import torch
+
+    from lit_iclr.sooper.nets import DynamicsEnsemble
+
+    torch.set_num_threads(1)
+    model = DynamicsEnsemble(4, 2, [128, 128], members)
+    s, a = torch.randn(rollouts, 4), torch.randn(rollouts, 2)
+    x = (torch.cat([s, a], -1) - model.in_mean) / model.in_std
+    with torch.no_grad():
+        t = time.perf_counter()
+        for _ in range(reps):
+            model.predict(s, a)
+        batched = reps * rollouts / (time.perf_counter() - t)
+        t = time.perf_counter()
+        for _ in range(reps):
+            for e in range(members):  # the same network, member by member
+                h = x
+                for layer in model.net.hidden:
+                    h = torch.nn.functional.silu(h @ layer.weight[e] + layer.bias[e])
+                h @ model.net.out.weight[e] + model.net.out.bias[e]
+        looped = reps * rollouts / (time.perf_counter() - t)
+    return batched, looped
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "sooper"))
+    p.add_argument("--report-only", action="store_true", help="re-print the table from the runs' result.json files")
+    p.add_argument("--episodes", type=int, default=10, help="real episodes per run (configs/sooper.yaml: 20)")
+    args = p.parse_args()
+    if args.report_only:
+        results = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("*/result.json"))]
+        return report(results, float("nan"), args)
+    extra = ["--data.init_args.online_episodes", str(3 if args.quick else args.episodes)]
+    extra += ["--model.init_args.prior_steps", "200"] if args.quick else []
+    jobs = [(m, s, extra, args.out) for s in range(args.seeds) for m in METHODS]
+    t0 = time.perf_counter()
+    with mp.get_context("spawn").Pool(args.jobs) as pool:
+        results = list(pool.imap_unordered(run, jobs, chunksize=1))
+    total = time.perf_counter() - t0
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "results.json").write_text(json.dumps(results))
+    report(results, total, args)
+
+
+def report(results: list[dict], total: float, args) -> None:
+    by = {m: sorted([r for r in results if r["method"] == m], key=lambda r: r["seed"]) for m in METHODS}
+    seeds = sorted(set.intersection(*[{r["seed"] for r in rs} for rs in by.values()]))  # seeds every method finished
+    by = {m: [r for r in rs if r["seed"] in seeds] for m, rs in by.items()}
+    args.seeds = len(seeds)
+    final = {m: np.array([r["final"]["return"] for r in rs]) for m, rs in by.items()}
+    viol = {m: np.array([np.nansum(r["violation"]) for r in rs]) for m, rs in by.items()}
+    episodes = len(by["SOOPER"][0]["return"])
+    steps = int(by["SOOPER"][0]["real_steps"][-1])
+    print(f"\n### SOOPER vs baselines on point_goal (d = 5), {args.seeds} seeds, {episodes} real episodes "
+          f"({steps} real steps) each\n")
+    print("| method | final return | vs prior | over-budget episodes while learning | total cost while learning | "
+          "final-eval violations | intervention rate (first 5 / last 5 eps) | env steps/s | imagined/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, rs in by.items():
+        cost = np.array([np.nansum(r["cost"]) for r in rs])
+        iv_first = np.mean([np.nanmean(r["intervention_rate"][:5]) for r in rs])
+        iv_last = np.mean([np.nanmean(r["intervention_rate"][-5:]) for r in rs])
+        env_sps = np.mean([np.nanmean(r["env_steps_per_s"]) for r in rs])
+        im = np.mean([np.nanmean(r["imagined_per_s"]) for r in rs]) if m != "prior" else float("nan")
+        fviol = np.sum([r["final"]["violations"] for r in rs])
+        print(f"| {m} | {final[m].mean():.1f} +- {final[m].std():.1f} | {final[m].mean() - final['prior'].mean():+.1f} | "
+              f"{viol[m].mean():.1f} ({', '.join(str(int(v)) for v in viol[m])}) | {cost.mean():.0f} | {int(fviol)} | "
+              f"{iv_first:.2f} / {iv_last:.2f} | {env_sps:.0f} | {im:.0f} |")
+    print("\nPaired differences over seeds (mean [95% CI]):\n")
+    print(f"- SOOPER - prior, final return: {paired_ci(final['SOOPER'], final['prior'])}")
+    for m in METHODS:
+        if m not in ("SOOPER", "prior"):
+            print(f"- {m} - SOOPER, over-budget episodes while learning: {paired_ci(viol[m], viol['SOOPER'])}; "
+                  f"final return: {paired_ci(final[m], final['SOOPER'])}")
+    batched, looped = ensemble_speed()
+    print(f"\nEnsemble rollout forward (5 members x 256 rollouts, 1 thread): batched {batched:,.0f} transitions/s vs "
+          f"member loop {looped:,.0f} ({batched / looped:.2f}x). Wall time: {total / 60:.1f} min with {args.jobs} processes.")
+    figures(by)
+
+
+def figures(by: dict) -> None:
+    from lit_iclr.core.figures import plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for m, rs in by.items():
+        n = min(len(r["return"]) for r in rs)  # episodes logged by every seed
+        x = np.mean([r["real_steps"][:n] for r in rs], 0)
+        axes[0].plot(x, np.mean([r["return"][:n] for r in rs], 0), label=m)
+        axes[1].plot(x, np.mean([np.cumsum(r["violation"][:n]) for r in rs], 0), label=m)
+        axes[2].plot(x, np.mean([r["intervention_rate"][:n] for r in rs], 0), label=m)
+    for ax, t in zip(axes, ("episode return (real, while learning)", "cumulative over-budget episodes",
+                            "intervention rate"), strict=True):
+        ax.set_title(t)
+        ax.set_xlabel("real env steps")
+    axes[0].legend(fontsize=7)
+    out = ROOT / "seeds" / "figures" / "sooper_curves.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    print(f"\nFigure: {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

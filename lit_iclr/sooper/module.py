@@ -1,0 +1,338 @@
+"""SOOPER: safe online exploration from an offline policy prior (Wendl, As, Prajapat, Pollak, Coros, Krause; ICLR 2026).
+
+One LightningModule, one code path for SOOPER and its baselines (`filter`, `lagrangian`, `learn`):
+
+1. **Prior** (once, at fit start): from the offline dataset, pi_hat by BC-Safe and its critics Q_r^{pi_hat},
+   Q_c^{pi_hat} by fitted Q evaluation (targets use pi_hat(s')); K heads each, Q_c used pessimistically.
+2. Per training step = one **real episode**, acted by pi (SAC) through the **shield**: execute a ~ pi(s) only if
+   C_t + gamma_c^t Q_c(s, a) < d, else pi_hat(s) (`filter: sooper`; `advantage` is SAILR's rule, `none` no shield).
+3. Then: fit the **dynamics ensemble** on the real replay; **imagine** rollouts from replay states in the optimistic,
+   terminating planning MDP (`planning.imagine`); **SAC** on the imagined transitions; the prior's cost critic updated
+   **pessimistically** on real data: target = min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)).
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lit_iclr.core import BaseModule
+from lit_iclr.core.errors import ConfigError
+
+from .nets import Critics, DeterministicPolicy, DynamicsEnsemble, TanhGaussianActor
+from .planning import FILTERS, PlanningConfig, imagine, unsafe_mask
+
+
+def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters(), strict=True):
+            t.lerp_(s, tau)
+
+
+def pessimistic_cost_target(cost: torch.Tensor, q_next: torch.Tensor, q_now: torch.Tensor, gamma_c: float) -> torch.Tensor:
+    """PessimisticCostUpdate: min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)); the estimate can only come down."""
+    return torch.minimum(cost + gamma_c * q_next, q_now)
+
+
+class SOOPER(BaseModule):
+    def __init__(self, obs_dim: int, action_dim: int, budget: float = 5.0, filter: str = "sooper",
+                 lagrangian: bool = False, learn: bool = True, optimism: float = 0.1, pessimism: float = 1.0,
+                 discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0,
+                 advantage_threshold: float = 0.1, ensemble_size: int = 5, model_hidden: list[int] | None = None,
+                 actor_hidden: list[int] | None = None, critic_hidden: list[int] | None = None, critic_heads: int = 2,
+                 horizon: int = 10, num_rollouts: int = 400, model_updates: int = 100, sac_updates: int = 100,
+                 prior_steps: int = 2000, prior_cost_updates: int = 20, model_buffer: int = 50_000,
+                 offline_in_model: bool = True, model_pretrain_steps: int = 1000,
+                 warm_start: bool = True, init_alpha: float = 0.02, lagrange_lr: float = 0.05, tau: float = 0.005,
+                 lr_actor: float = 3e-4, lr_critic: float = 3e-4, lr_model: float = 1e-3, lr_prior: float = 1e-3,
+                 eval_episodes: int = 5, seed: int = 0):
+        """
+        Args:
+            obs_dim: Observation size (linked from the data).
+            action_dim: Action size (linked from the data).
+            budget: d, the bound on the discounted episode cost sum_t gamma_c^t c_t.
+            filter: `sooper` (C_t + gamma_c^t Q_c(s, a) < d), `advantage` (SAILR: Q_c(s,a) - Q_c(s,pi_hat(s)) <=
+                threshold) or `none` (unshielded).
+            lagrangian: SAC-Lagrangian: reward r - lambda c with lambda raised by dual ascent on (J_c - d).
+            learn: False acts with the prior only (the "prior" baseline).
+            optimism: lambda_opt, reward bonus per unit of ensemble disagreement.
+            pessimism: lambda_pess, cost bonus per unit of ensemble disagreement.
+            discount: gamma of the reward.
+            cost_discount: gamma_c of the cost (constraint and prior cost critic).
+            cost_kappa: Q_c^{pi_hat} used as mean + kappa * std over its heads (pessimism about the prior's own cost).
+            advantage_threshold: Threshold of the advantage filter.
+            ensemble_size: Dynamics ensemble members E.
+            model_hidden: Hidden widths of each dynamics member.
+            actor_hidden: Hidden widths of the SAC actor and the prior policy.
+            critic_hidden: Hidden widths of every critic (SAC's and the prior's).
+            critic_heads: Heads K per critic.
+            horizon: Imagined rollout length.
+            num_rollouts: Imagined rollouts per training step (started from real replay states).
+            model_updates: Dynamics-model gradient steps per training step.
+            sac_updates: SAC gradient steps (critic + actor + temperature) per training step.
+            prior_steps: Offline gradient steps for the prior (BC policy and FQE critics).
+            prior_cost_updates: Pessimistic Q_c^{pi_hat} updates on real data per training step.
+            model_buffer: Capacity of the imagined-transition buffer (FIFO).
+            offline_in_model: Fit the dynamics model on the offline data as well as the real replay, and start imagined
+                rollouts from both (offline rows start with C = 0). The offline data come from the same system here.
+            model_pretrain_steps: Dynamics-model gradient steps at fit start on the offline data (with offline_in_model).
+            warm_start: Initialise SAC's actor by behaviour cloning and its critic from Q_r^{pi_hat}.
+            init_alpha: Initial SAC temperature (tuned to the target entropy -action_dim).
+            lagrange_lr: Dual step size of the Lagrangian baseline.
+            tau: Polyak rate of the target critics.
+            lr_actor: Adam learning rate of the actor.
+            lr_critic: Adam learning rate of SAC's critic and the temperature.
+            lr_model: Adam learning rate of the dynamics ensemble.
+            lr_prior: Adam learning rate of the prior (offline) and its online cost update.
+            eval_episodes: Episodes of the final evaluation (deterministic pi through the same filter).
+            seed: Seed of action sampling, imagined rollouts and minibatches.
+        """
+        super().__init__()
+        if filter not in FILTERS:
+            raise ConfigError(f"filter must be one of {FILTERS}, got {filter!r}")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        actor_hidden, critic_hidden = actor_hidden or [64, 64], critic_hidden or [128, 128]
+        self.prior = DeterministicPolicy(obs_dim, action_dim, actor_hidden)
+        self.prior_reward = Critics(obs_dim, action_dim, critic_hidden, critic_heads)
+        self.prior_cost = Critics(obs_dim, action_dim, critic_hidden, critic_heads)
+        self.prior_cost_target = copy.deepcopy(self.prior_cost).requires_grad_(False)
+        self.actor = TanhGaussianActor(obs_dim, action_dim, actor_hidden)
+        self.critic = Critics(obs_dim, action_dim, critic_hidden, critic_heads)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.nn.Parameter(torch.tensor(float(np.log(init_alpha))))
+        self.model = DynamicsEnsemble(obs_dim, action_dim, model_hidden or [128, 128], ensemble_size)
+        self.register_buffer("prior_ready", torch.tensor(False))
+        self.register_buffer("lagrange", torch.tensor(0.0))
+        self.register_buffer("violations", torch.tensor(0))
+        self.register_buffer("real_steps", torch.tensor(0))
+        self.replay: dict[str, torch.Tensor] = {}
+        self.offline: dict[str, torch.Tensor] = {}
+        self.imagined: dict[str, torch.Tensor] = {}
+        self.gen = torch.Generator().manual_seed(seed)
+        self.np_rng = np.random.default_rng(seed)
+
+    # ------------------------------------------------------------------------------------------------- plumbing
+    def configure_optimizers(self):
+        h = self.hparams
+        return [torch.optim.Adam(self.actor.parameters(), h.lr_actor),
+                torch.optim.Adam(self.critic.parameters(), h.lr_critic),
+                torch.optim.Adam([self.log_alpha], h.lr_critic),
+                torch.optim.Adam(self.model.parameters(), h.lr_model, weight_decay=1e-5),
+                torch.optim.Adam(self.prior_cost.parameters(), h.lr_prior)]
+
+    def planning_config(self) -> PlanningConfig:
+        h = self.hparams
+        return PlanningConfig(h.horizon, h.optimism, h.pessimism, h.cost_discount, h.filter, h.budget,
+                              h.advantage_threshold, h.cost_kappa, float(self.lagrange) if h.lagrangian else 0.0)
+
+    def _batch(self, data: dict[str, torch.Tensor], size: int, members: int | None = None) -> dict[str, torch.Tensor]:
+        n = len(next(iter(data.values())))
+        shape = (size,) if members is None else (members, size)
+        idx = torch.randint(n, shape, generator=self.gen)
+        return {k: v[idx] for k, v in data.items()}
+
+    def on_save_checkpoint(self, checkpoint) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["sooper_replay"] = self.replay
+
+    def on_load_checkpoint(self, checkpoint) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.replay = checkpoint.get("sooper_replay", {})
+
+    # ----------------------------------------------------------------------------------------------- the prior
+    def on_fit_start(self) -> None:
+        dm = self.trainer.datamodule
+        self.env = dm.make_env()
+        self.batch_size = dm.batch_size
+        if not bool(self.prior_ready):
+            self.fit_prior(dm.transitions, self.hparams.prior_steps, dm.batch_size)
+        if self.hparams.offline_in_model and self.hparams.learn:
+            t = dm.transitions
+            n = len(t["rewards"])
+            self.offline = {"observations": t["observations"], "actions": t["actions"], "rewards": t["rewards"],
+                            "costs": t["costs"], "next_observations": t["next_observations"],
+                            "cum_cost": torch.zeros(n), "disc": torch.ones(n)}
+            if self.global_step == 0:
+                self.update_model(self.optimizers(), self.hparams.model_pretrain_steps)
+
+    def fit_prior(self, data: dict[str, torch.Tensor], steps: int, batch_size: int) -> None:
+        """pi_hat by behaviour cloning of the safe episodes (BC-Safe, `data["safe"]`); Q_r^{pi_hat}, Q_c^{pi_hat} by fitted
+        Q evaluation of pi_hat on all the offline data (costly episodes included, so Q_c sees the constraint)."""
+        h = self.hparams
+        reward_target = copy.deepcopy(self.prior_reward).requires_grad_(False)
+        nets = [self.prior, self.prior_reward, self.prior_cost] + ([self.actor] if h.warm_start else [])
+        opt = torch.optim.Adam([p for n in nets for p in n.parameters()], h.lr_prior)
+        for _ in range(steps):
+            b = self._batch(data, batch_size)
+            s, a, s2, m = b["observations"], b["actions"], b["next_observations"], b["masks"]
+            w = b["safe"][:, None] / b["safe"].sum().clamp_min(1.0)  # BC-Safe: clone the safe episodes only
+            loss = (w * (self.prior(s) - a) ** 2).sum()
+            if h.warm_start:
+                loss = loss + (w * (self.actor(s, deterministic=True)[0] - a) ** 2).sum()
+            with torch.no_grad():
+                a2 = self.prior(s2)
+                y_r = b["rewards"] + h.discount * m * reward_target(s2, a2).mean(0)
+                y_c = b["costs"] + h.cost_discount * m * self.prior_cost_target(s2, a2)  # per head: keeps heads apart
+            loss = loss + F.mse_loss(self.prior_reward(s, a), y_r.expand(h.critic_heads, -1))
+            loss = loss + F.mse_loss(self.prior_cost(s, a), y_c)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            polyak(reward_target, self.prior_reward, 0.01)
+            polyak(self.prior_cost_target, self.prior_cost, 0.01)
+        if h.warm_start:
+            self.critic.load_state_dict(self.prior_reward.state_dict())
+            self.critic_target.load_state_dict(self.prior_reward.state_dict())
+        self.prior_ready.fill_(True)
+
+    # --------------------------------------------------------------------------------------------- real episodes
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, cum_cost: float, discount_t: float, deterministic: bool) -> tuple[np.ndarray, bool]:
+        """The shielded action on the real system and whether the shield intervened."""
+        if not self.hparams.learn:
+            return self.prior(obs[None])[0].numpy(), False
+        a, _ = self.actor(obs[None], deterministic=deterministic)
+        unsafe = unsafe_mask(self.planning_config(), obs[None], a, torch.tensor([cum_cost]), torch.tensor([discount_t]),
+                             self.prior, self.prior_cost)
+        if bool(unsafe[0]):
+            return self.prior(obs[None])[0].numpy(), True
+        return a[0].numpy(), False
+
+    def run_episode(self, seed: int, deterministic: bool = False, record: bool = True) -> dict[str, float]:
+        h = self.hparams
+        obs, _ = self.env.reset(seed=seed)
+        rows = {k: [] for k in ("observations", "actions", "rewards", "costs", "next_observations", "cum_cost", "disc")}
+        ret = cost = cum = 0.0
+        disc, interventions, steps, done = 1.0, 0, 0, False
+        while not done:
+            o = torch.as_tensor(obs, dtype=torch.float32)
+            a, intervened = self.act(o, cum, disc, deterministic)
+            nxt, r, term, trunc, info = self.env.step(a)
+            c = info["cost"]
+            if record:
+                for k, v in zip(rows, (obs, a, r, c, nxt, cum, disc), strict=True):
+                    rows[k].append(v)
+            ret, cost, cum = ret + r, cost + c, cum + disc * c  # C_{t+1} = C_t + gamma_c^t c_t
+            disc *= h.cost_discount
+            interventions += intervened
+            steps += 1
+            obs, done = nxt, term or trunc
+        if record:
+            new = {k: torch.as_tensor(np.asarray(v), dtype=torch.float32) for k, v in rows.items()}
+            self.replay = new if not self.replay else {k: torch.cat([self.replay[k], new[k]]) for k in new}
+        return {"return": ret, "cost": cost, "discounted_cost": cum, "intervention_rate": interventions / steps,
+                "steps": steps}
+
+    # -------------------------------------------------------------------------------------------------- updates
+    def model_data(self) -> dict[str, torch.Tensor]:
+        """Real transitions the dynamics model learns from and imagined rollouts start at: replay (+ offline data)."""
+        if not self.offline:
+            return self.replay
+        if not self.replay:
+            return self.offline
+        return {k: torch.cat([self.offline[k], self.replay[k]]) for k in self.replay}
+
+    def update_model(self, opts, steps: int | None = None) -> float:
+        h, rp = self.hparams, self.model_data()
+        target = torch.cat([rp["next_observations"] - rp["observations"], rp["rewards"][:, None], rp["costs"][:, None]], -1)
+        self.model.set_normalizer(torch.cat([rp["observations"], rp["actions"]], -1), target)
+        data = {"s": rp["observations"], "a": rp["actions"], "y": target}
+        loss = torch.tensor(0.0)
+        for _ in range(h.model_updates if steps is None else steps):
+            b = self._batch(data, self.batch_size, members=h.ensemble_size)  # a bootstrap batch per member
+            loss = self.model.loss(b["s"], b["a"], b["y"])
+            opts[3].zero_grad()
+            self.manual_backward(loss)
+            opts[3].step()
+        return float(loss.detach())
+
+    def update_prior_cost(self, opt) -> None:
+        """Pessimistic update of Q_c^{pi_hat} on the real replay (never above its previous value)."""
+        h = self.hparams
+        for _ in range(h.prior_cost_updates):
+            b = self._batch(self.replay, self.batch_size)
+            s, a, s2 = b["observations"], b["actions"], b["next_observations"]
+            with torch.no_grad():
+                y = pessimistic_cost_target(b["costs"], self.prior_cost_target(s2, self.prior(s2)), self.prior_cost(s, a),
+                                            h.cost_discount)
+            loss = F.mse_loss(self.prior_cost(s, a), y)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+            polyak(self.prior_cost_target, self.prior_cost, h.tau)
+
+    def sac_update(self, opts, b: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One SAC step (critic, actor, temperature) on imagined transitions."""
+        h = self.hparams
+        actor_opt, critic_opt, alpha_opt = opts[:3]
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            a2, logp2 = self.actor(b["next_obs"])
+            q2 = self.critic_target(b["next_obs"], a2).min(0).values - alpha * logp2
+            y = b["reward"] + h.discount * (1 - b["done"]) * q2
+        critic_loss = F.mse_loss(self.critic(b["obs"], b["action"]), y.expand(h.critic_heads, -1))
+        critic_opt.zero_grad()
+        self.manual_backward(critic_loss)
+        critic_opt.step()
+        a, logp = self.actor(b["obs"])
+        actor_loss = (alpha * logp - self.critic(b["obs"], a).mean(0)).mean()
+        actor_opt.zero_grad()
+        self.manual_backward(actor_loss)
+        actor_opt.step()
+        alpha_loss = -(self.log_alpha * (logp.detach() - h.action_dim)).mean()  # target entropy -|A|
+        alpha_opt.zero_grad()
+        self.manual_backward(alpha_loss)
+        alpha_opt.step()
+        polyak(self.critic_target, self.critic, h.tau)
+        return {"critic_loss": float(critic_loss.detach()), "actor_loss": float(actor_loss.detach())}
+
+    def training_step(self, batch, batch_idx):
+        h = self.hparams
+        opts = self.optimizers()
+        t0 = time.perf_counter()
+        ep = self.run_episode(seed=h.seed * 1_000_003 + int(self.global_step) + 7 * int(self.real_steps))
+        env_time = time.perf_counter() - t0
+        self.real_steps += ep["steps"]
+        violated = ep["discounted_cost"] > h.budget
+        self.violations += int(violated)
+        if h.lagrangian:  # dual ascent on J_c - d
+            self.lagrange.copy_((self.lagrange + h.lagrange_lr * (ep["discounted_cost"] - h.budget)).clamp_min(0.0))
+        logs = {"train/return": ep["return"], "train/cost": ep["cost"], "train/discounted_cost": ep["discounted_cost"],
+                "train/violation": float(violated), "train/violations": float(self.violations),
+                "train/intervention_rate": ep["intervention_rate"], "train/real_steps": float(self.real_steps),
+                "speed/env_steps_per_s": ep["steps"] / env_time}
+        if h.learn:
+            logs["train/model_loss"] = self.update_model(opts)
+            if h.filter != "none":
+                self.update_prior_cost(opts[4])
+            t1 = time.perf_counter()
+            start = self._batch(self.model_data(), h.num_rollouts)
+            sim = imagine(self.planning_config(), self.model, self.actor, self.prior, self.prior_reward, self.prior_cost,
+                          start["observations"], start["cum_cost"], start["disc"], self.gen)
+            n_imagined = len(sim["reward"])
+            logs["speed/imagined_per_s"] = n_imagined / (time.perf_counter() - t1)
+            logs["train/imagined_termination_rate"] = sim["terminated"] / max(n_imagined, 1)
+            new = {k: sim[k] for k in ("obs", "action", "reward", "next_obs", "done")}
+            self.imagined = new if not self.imagined else {
+                k: torch.cat([self.imagined[k], new[k]])[-h.model_buffer:] for k in new}
+            for _ in range(h.sac_updates):
+                stats = self.sac_update(opts, self._batch(self.imagined, self.batch_size))
+            logs.update({f"train/{k}": v for k, v in stats.items()})
+            logs["train/alpha"] = float(self.log_alpha.detach().exp())
+            logs["train/lagrange"] = float(self.lagrange)
+        self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+
+    def on_fit_end(self) -> None:
+        """Final evaluation: the deterministic policy through the same filter, on held-out reset seeds."""
+        if self.hparams.eval_episodes <= 0:
+            return
+        eps = [self.run_episode(seed=10_000 + i, deterministic=True, record=False) for i in range(self.hparams.eval_episodes)]
+        self.final = {k: float(np.mean([e[k] for e in eps])) for k in ("return", "cost", "discounted_cost",
+                                                                         "intervention_rate")}
+        self.final["violations"] = float(sum(e["discounted_cost"] > self.hparams.budget for e in eps))
+        for logger in self.loggers:
+            logger.log_metrics({f"final/{k}": v for k, v in self.final.items()}, step=int(self.global_step))

@@ -1,0 +1,110 @@
+"""SOOPER's safety filters and its optimistic, terminating planning MDP (imagined rollouts in the learned model).
+
+Notation (paper, Sec. 4): C_t = sum_{tau < t} gamma_c^tau c_tau is the discounted cost accumulated so far in the
+episode, Q_c^{pi_hat} and Q_r^{pi_hat} are the prior's cost and reward critics, d the budget.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FILTERS = ("sooper", "advantage", "none")
+
+
+def aggregate_cost(q_heads: torch.Tensor, kappa: float) -> torch.Tensor:
+    """A pessimistic cost-to-go from the critic heads [K, N]: mean + kappa * std over heads (kappa = 0: the mean)."""
+    if kappa == 0 or q_heads.shape[0] == 1:
+        return q_heads.mean(0)
+    return q_heads.mean(0) + kappa * q_heads.std(0)
+
+
+def sooper_unsafe(cum_cost: torch.Tensor, discount_t: torch.Tensor, q_c: torch.Tensor, budget: float) -> torch.Tensor:
+    """SOOPER's filter: intervene unless Phi = C_t + gamma_c^t Q_c^{pi_hat}(s_t, a) < d.
+
+    C_t + gamma_c^t Q_c is the expected discounted episode cost if `a` is taken now and the prior acts from then on.
+    """
+    return cum_cost + discount_t * q_c >= budget
+
+
+def advantage_unsafe(q_c: torch.Tensor, q_c_prior: torch.Tensor, threshold: float) -> torch.Tensor:
+    """The SAILR-style advantage filter: intervene when Q_c(s, a) - Q_c(s, pi_hat(s)) > threshold."""
+    return q_c - q_c_prior > threshold
+
+
+@dataclass
+class PlanningConfig:
+    horizon: int
+    optimism: float  # lambda_opt: reward bonus per unit of ensemble disagreement
+    pessimism: float  # lambda_pess: cost bonus per unit of ensemble disagreement
+    cost_discount: float  # gamma_c
+    filter: str  # "sooper" | "advantage" | "none"
+    budget: float
+    advantage_threshold: float
+    cost_kappa: float  # head pessimism of Q_c^{pi_hat}
+    penalty: float = 0.0  # Lagrange multiplier lambda: reward r - lambda c (SAC-Lagrangian)
+
+
+def unsafe_mask(cfg: PlanningConfig, obs, action, cum_cost, discount_t, prior, prior_cost) -> torch.Tensor:
+    """Where the configured filter would hand control to the prior (all False for "none")."""
+    if cfg.filter == "none":
+        return torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)
+    q_c = aggregate_cost(prior_cost(obs, action), cfg.cost_kappa)
+    if cfg.filter == "sooper":
+        return sooper_unsafe(cum_cost, discount_t, q_c, cfg.budget)
+    q_c_prior = aggregate_cost(prior_cost(obs, prior(obs)), cfg.cost_kappa)
+    return advantage_unsafe(q_c, q_c_prior, cfg.advantage_threshold)
+
+
+@torch.no_grad()
+def imagine(cfg: PlanningConfig, model, actor, prior, prior_reward, prior_cost, obs: torch.Tensor,
+            cum_cost: torch.Tensor, discount_t: torch.Tensor, generator: torch.Generator | None = None) -> dict:
+    """Roll the policy out in the learned model from N replay states for `cfg.horizon` steps, all rollouts at once.
+
+    Per step: a ~ pi(s); where the filter would intervene the rollout **terminates** with reward
+    Q_r^{pi_hat}(s, pi_hat(s)) (the value of handing over to the prior); elsewhere one forward of every ensemble member
+    on every rollout gives the next state, reward and cost of a member drawn per rollout (TS-1), and the ensemble's
+    disagreement u (std over members of the next-state mean, averaged over dimensions) makes the reward optimistic,
+    r_hat + lambda_opt u, and the cost pessimistic, c_hat + lambda_pess u.
+
+    Returns the flattened transitions (obs, action, reward, next_obs, done) of the live rollouts and counts.
+    """
+    n = obs.shape[0]
+    alive = torch.ones(n, dtype=torch.bool, device=obs.device)
+    out = {k: [] for k in ("obs", "action", "reward", "next_obs", "done")}
+    terminated = 0
+    for _ in range(cfg.horizon):
+        s, c_acc, disc = obs[alive], cum_cost[alive], discount_t[alive]
+        if s.shape[0] == 0:
+            break
+        a, _ = actor(s)
+        unsafe = unsafe_mask(cfg, s, a, c_acc, disc, prior, prior_cost)
+        pred = model.predict(s, a)  # [E, M, obs_dim + 2]: one batched forward, every member on every rollout
+        member = torch.randint(pred.shape[0], (s.shape[0],), generator=generator, device=s.device)
+        chosen = pred[member, torch.arange(s.shape[0], device=s.device)]
+        u = pred[..., : s.shape[1]].std(0).mean(-1) if pred.shape[0] > 1 else torch.zeros(s.shape[0])
+        next_s, r_hat, c_hat = chosen[:, : s.shape[1]], chosen[:, -2], chosen[:, -1]
+        reward = r_hat + cfg.optimism * u
+        cost = (c_hat + cfg.pessimism * u).clamp_min(0.0)
+        reward = reward - cfg.penalty * cost
+        if unsafe.any():
+            v_prior = prior_reward(s[unsafe], prior(s[unsafe])).min(0).values  # pessimistic over the reward heads
+            reward = torch.where(unsafe, torch.zeros_like(reward).index_put((unsafe.nonzero()[:, 0],), v_prior), reward)
+        out["obs"].append(s)
+        out["action"].append(a)
+        out["reward"].append(reward)
+        out["next_obs"].append(torch.where(unsafe[:, None], s, next_s))
+        out["done"].append(unsafe.float())
+        terminated += int(unsafe.sum())
+        # advance the live rollouts; the terminated ones stop here
+        idx = alive.nonzero()[:, 0]
+        obs = obs.clone()
+        obs[idx] = next_s
+        cum_cost = cum_cost.clone()
+        cum_cost[idx] = c_acc + disc * cost
+        discount_t = discount_t.clone()
+        discount_t[idx] = disc * cfg.cost_discount
+        alive[idx[unsafe]] = False
+    flat = {k: torch.cat(v) for k, v in out.items()}
+    flat["terminated"] = terminated
+    return flat

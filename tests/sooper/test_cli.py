@@ -1,0 +1,56 @@
+"""SOOPER end to end through the CLI (tiny twin), the real configs parse, and the shield on the real system."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lit_iclr.sooper.envs import make_task
+from lit_iclr.sooper.module import SOOPER
+from tests.twin import fit_twin, metric_rows, print_config
+
+
+@pytest.mark.parametrize("config", ["configs/sooper.yaml", "configs/sooper_cartpole.yaml"])
+def test_real_config_parses(config, capsys):
+    assert "lit_iclr.sooper.module.SOOPER" in print_config(config, capsys)
+
+
+def test_twin_fits_collects_real_episodes_and_evaluates(tmp_path):
+    cli = fit_twin("sooper", tmp_path)
+    model = cli.trainer.lightning_module
+    assert bool(model.prior_ready) and int(model.real_steps) == 2 * 20
+    assert len(model.replay["rewards"]) == 40 and len(model.imagined["reward"]) > 0
+    rows = [r for r in metric_rows(tmp_path) if r.get("train/return")]
+    assert len(rows) == 2
+    for r in rows:
+        assert 0.0 <= float(r["train/intervention_rate"]) <= 1.0 and float(r["speed/imagined_per_s"]) > 0
+    # the logged return is the real episode's: -sum of goal distances, over 20 steps from about 2 m away
+    assert -45 < float(rows[0]["train/return"]) < -20
+    assert set(model.final) >= {"return", "cost", "violations", "intervention_rate"}
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert len(state["sooper_replay"]["rewards"]) == 40
+
+
+def test_shield_hands_control_to_the_prior_when_the_budget_is_spent():
+    model = SOOPER(obs_dim=4, action_dim=2, budget=1.0, actor_hidden=[8], critic_hidden=[8])
+    obs = torch.zeros(4)
+    with torch.no_grad():
+        model.prior_cost.net.out.bias.fill_(0.3)  # Q_c = 0.3 everywhere (other weights are small but not zero)
+        for layer in model.prior_cost.net.hidden:
+            layer.weight.zero_()
+        model.prior_cost.net.out.weight.zero_()
+    a, intervened = model.act(obs, cum_cost=0.5, discount_t=1.0, deterministic=True)  # 0.5 + 0.3 < 1: pi acts
+    assert not intervened and np.allclose(a, model.actor(obs[None], deterministic=True)[0][0].detach().numpy())
+    a, intervened = model.act(obs, cum_cost=0.75, discount_t=1.0, deterministic=True)  # 1.05 >= 1: the prior acts
+    assert intervened and np.allclose(a, model.prior(obs[None])[0].detach().numpy())
+    a, intervened = model.act(obs, cum_cost=0.75, discount_t=0.5, deterministic=True)  # 0.75 + 0.15 < 1
+    assert not intervened
+
+
+def test_prior_alone_never_intervenes_and_follows_pi_hat():
+    model = SOOPER(obs_dim=4, action_dim=2, learn=False, actor_hidden=[8], critic_hidden=[8])
+    model.env = make_task("point_goal", max_steps=5)
+    ep = model.run_episode(seed=0)
+    assert ep["intervention_rate"] == 0.0 and ep["steps"] == 5
+    torch.testing.assert_close(model.replay["actions"], model.prior(model.replay["observations"]))
