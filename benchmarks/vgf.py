@@ -12,6 +12,7 @@ transport step vs the number of particles N, measured in this run.
 
     .venv/bin/python benchmarks/vgf.py                  # both tasks, 3 seeds
     .venv/bin/python benchmarks/vgf.py --quick          # smoke run
+Speed against the official JAX code (and `torch.compile`): benchmarks/vgf_speed.py.
 Figures go to benchmarks/out/vgf/ and seeds/figures/vgf_*.png.
 """
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Base LightningModule: the CLI's `model` root class, so any method is chosen by its short class name."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lightning as L
+import torch
 
 from .errors import CheckpointError
 
@@ -25,6 +27,41 @@ class BaseModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_state_compatible(self, checkpoint, source=checkpoint.get("_path", "checkpoint"))
+
+    def log_train(self, metrics: Mapping[str, torch.Tensor | float], prog_bar: Iterable[str] = ()) -> None:
+        """Per-step training metrics, summed on the device and logged as their mean every `log_every_n_steps`.
+
+        `self.log` in every step costs Lightning's per-call bookkeeping (about 0.2 ms a metric on CPU) and, for progress-bar
+        metrics, a `.item()` host sync per step. Here a step costs one stack and one add on the device; on a logging step
+        (the steps on which Lightning writes to its loggers) the window's means come to the host in one transfer and are
+        logged as CPU tensors, so the stale values Lightning keeps between logging steps never sync the device either.
+        Keys may differ between steps (e.g. an actor loss every other step): each is averaged over the steps that had it.
+        """
+        trainer = self._trainer
+        if trainer is None or trainer.log_every_n_steps == 0:
+            return
+        keys = tuple(metrics)
+        values = torch.stack([torch.as_tensor(v, device=self.device).detach().float().reshape(()) for v in metrics.values()])
+        acc = self.__dict__.setdefault("_train_metric_sums", {})  # plain dict: not module state, not checkpointed
+        if keys in acc:
+            acc[keys][0].add_(values)
+            acc[keys][1] += 1
+        else:
+            acc[keys] = [values, 1]
+        # Lightning's own test for "write to the loggers after this step" (the step counter it uses is internal)
+        flush = trainer._logger_connector.should_update_logs or trainer.fast_dev_run
+        if not flush or (self.automatic_optimization and trainer.fit_loop._should_accumulate()):
+            return
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for group, (total, n) in acc.items():
+            for k, v in zip(group, total.tolist(), strict=True):  # one device-to-host copy per key set
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + n
+        acc.clear()
+        shown = set(prog_bar)
+        for k, v in sums.items():
+            self.log(k, torch.tensor(v / counts[k]), prog_bar=k in shown, on_step=True, on_epoch=False, batch_size=1)
 
 
 def check_state_compatible(module, checkpoint: dict[str, Any], source: str = "checkpoint") -> None:

@@ -70,7 +70,7 @@ class TD3BC(OfflineRLModule):
         self.manual_backward(critic_loss)
         opt_critic.step()
 
-        if int(self.updates) % hp.policy_freq == 0:
+        if self.step_count() % hp.policy_freq == 0:
             pi = self.actor(batch["observations"])
             q = self.critic(batch["observations"], pi)[0]
             lam = hp.bc_alpha / q.abs().mean().detach()
@@ -80,9 +80,11 @@ class TD3BC(OfflineRLModule):
             opt_actor.step()
             polyak(self.target_actor, self.actor, hp.tau)
             polyak(self.target_critic, self.critic, hp.tau)
-            self.log("train/actor_loss", actor_loss)
-        self.updates += 1
-        self.log("train/critic_loss", critic_loss, prog_bar=True)
+            logs = {"train/critic_loss": critic_loss, "train/actor_loss": actor_loss}
+        else:
+            logs = {"train/critic_loss": critic_loss}
+        self.count_step()
+        self.log_train(logs, prog_bar=("train/critic_loss",))
 
     def eval_groups(self) -> list[str]:
         return ["pi"]

@@ -44,11 +44,15 @@ class FlowPolicy(nn.Module):
         """v_theta(s, x_t, t); `t` has shape `[..., 1]`."""
         return self.net(torch.cat([obs, x, t], dim=-1))
 
-    def flow_matching_loss(self, obs: torch.Tensor, actions: torch.Tensor,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
-        """|| v_theta(s, x_t, t) - (x_1 - x_0) ||^2 averaged over the batch and action dims."""
-        x0 = torch.randn(actions.shape, generator=generator, device=actions.device, dtype=actions.dtype)
-        t = torch.rand((*actions.shape[:-1], 1), generator=generator, device=actions.device, dtype=actions.dtype)
+    def flow_matching_loss(self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None,
+                           noise: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """|| v_theta(s, x_t, t) - (x_1 - x_0) ||^2 averaged over the batch and action dims; `noise` = (x_0, t) given
+        instead of drawn."""
+        if noise is None:
+            x0 = torch.randn(actions.shape, generator=generator, device=actions.device, dtype=actions.dtype)
+            t = torch.rand((*actions.shape[:-1], 1), generator=generator, device=actions.device, dtype=actions.dtype)
+        else:
+            x0, t = noise
         xt = (1 - t) * x0 + t * actions
         return (self.velocity(obs, xt, t) - (actions - x0)).pow(2).mean()
 

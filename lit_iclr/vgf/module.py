@@ -43,10 +43,9 @@ def parse_policy(name: str) -> tuple[str, int]:
 
 
 def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
-    """theta_bar <- tau theta + (1 - tau) theta_bar."""
+    """theta_bar <- tau theta + (1 - tau) theta_bar, all tensors in one fused call."""
     with torch.no_grad():
-        for pt, ps in zip(target.parameters(), source.parameters(), strict=True):
-            pt.lerp_(ps, tau)
+        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
 class OfflineRLModule(BaseModule):
@@ -61,6 +60,8 @@ class OfflineRLModule(BaseModule):
         super().__init__()
         self._envs: list = []
         self.register_buffer("updates", torch.zeros((), dtype=torch.long))  # gradient steps taken (resume-exact RNG)
+        self._host_updates: int | None = None  # host copy of `updates`: read from the device once per fit, not per step
+        self._generator: torch.Generator | None = None
 
     # subclasses define the groups and how each acts
     def eval_groups(self) -> list[str]:
@@ -71,10 +72,32 @@ class OfflineRLModule(BaseModule):
         """Actions `[M, A]` and their Q estimate `[M]` for observations `[M, D]`, `groups[m]` indexing eval_groups()."""
         raise NotImplementedError
 
+    def step_count(self) -> int:
+        """Gradient steps taken, without a device sync: the buffer is read once, then a host copy is counted on."""
+        if self._host_updates is None:
+            self._host_updates = int(self.updates)
+        return self._host_updates
+
+    def count_step(self) -> None:
+        """One more gradient step: the checkpointed buffer on the device and its host copy, no sync."""
+        self.updates += 1
+        self._host_updates = self.step_count() + 1
+
+    def on_train_start(self) -> None:
+        self._host_updates = None  # a checkpoint may have been restored into `updates`
+
+    def on_load_checkpoint(self, checkpoint) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._host_updates = None
+
     def step_generator(self) -> torch.Generator:
-        """RNG of this gradient step, a function of (seed, rank, step): a resumed run draws the same numbers."""
+        """RNG of this gradient step, a function of (seed, rank, step): a resumed run draws the same numbers.
+
+        One generator is kept and reseeded (no new generator, no device sync, per step)."""
         rank = self.trainer.global_rank if self._trainer is not None else 0
-        return torch.Generator(device=self.device).manual_seed(_seed(self.hparams.seed, rank, int(self.updates)))
+        if self._generator is None or self._generator.device != self.device:
+            self._generator = torch.Generator(device=self.device)
+        return self._generator.manual_seed(_seed(self.hparams.seed, rank, self.step_count()))
 
     def rollout(self, episodes: Sequence[int], groups: Sequence[int] | None = None, datamodule=None) -> Rollouts:
         """Roll out episodes (eval seed + index) for the given groups (default: all); returns per-job results."""
@@ -154,7 +177,7 @@ class VGF(OfflineRLModule):
                  grad_clip_norm: float = 1.0, normalize_grad: bool = False,
                  actor_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
                  critic_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
-                 seed: int = 0):
+                 seed: int = 0, compile_update: bool = False, compile_options: dict | None = None):
         """
         Args:
             obs_dim: Observation size (linked from the data).
@@ -180,6 +203,9 @@ class VGF(OfflineRLModule):
             actor_optimizer: Optimizer of the reference policy.
             critic_optimizer: Optimizer of the critics (and of g_psi for A-VGF).
             seed: Seed of the per-step noise (flow noise, particles), combined with the step and rank.
+            compile_update: `torch.compile` the update's losses (reference sampling, transport, TD target, both
+                losses; forward and backward). The first step compiles (tens of seconds on CPU); the numbers equal the eager ones.
+            compile_options: Keyword arguments of `torch.compile` (e.g. `{mode: reduce-overhead}` for CUDA graphs).
         """
         super().__init__()
         if transport not in ("svgd", "ascent"):
@@ -194,6 +220,7 @@ class VGF(OfflineRLModule):
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.action_grad = ActionGradient(obs_dim, action_dim, critic_hidden) if amortized else None
         self.eval_policies = [f"L{b}" for b in eval_flow_steps]
+        self._losses_fn = None  # update_losses, compiled on the first step when compile_update is set
 
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
@@ -266,42 +293,66 @@ class VGF(OfflineRLModule):
         return actions, q
 
     # ----------------------------------------------------------------------------------------------- training
-    def td_target(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:
-        """y = r + gamma m reduce_j Qbar(s', a'_j), a'_j the reference particles moved L_train flow steps."""
+    def step_noise(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """All random numbers of one update, drawn up front (the order the eager code drew them in), so the update
+        itself is a pure function of (parameters, batch, noise) that `torch.compile` can trace without a generator."""
+        hp, kw = self.hparams, {"generator": generator, "device": self.device}
+        return {"particles": torch.randn(batch_size, hp.num_particles, hp.action_dim, **kw),  # x_0 of mu_theta(.|s')
+                "fm_x0": torch.randn(batch_size, hp.action_dim, **kw),                       # flow matching x_0
+                "fm_t": torch.rand(batch_size, 1, **kw)}                                    # flow matching t
+
+    def _td_target(self, next_obs: torch.Tensor, rewards: torch.Tensor, masks: torch.Tensor,
+                   noise: torch.Tensor) -> torch.Tensor:
         hp = self.hparams
+        obs_rep = next_obs.unsqueeze(1).expand(-1, hp.num_particles, -1)
         with torch.no_grad():  # the particles carry no graph: only grad_a Q is taken, inside the flow
-            obs_rep, x0 = self.reference_particles(batch["next_observations"], generator)
-        x, _ = self.move(obs_rep, x0, hp.train_flow_steps)
-        with torch.no_grad():
+            x0 = self.policy.sample(obs_rep, hp.bc_flow_steps, noise=noise)
+            x, _ = self.move(obs_rep, x0, hp.train_flow_steps)
             next_q = self.target_critic.value(obs_rep, x, hp.value_q_agg)  # [B, N]
             next_v = next_q.mean(-1) if hp.target_select == "mean" else next_q.max(-1).values
-            return batch["rewards"] + hp.discount * batch["masks"] * next_v
+            return rewards + hp.discount * masks * next_v
+
+    def td_target(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None) -> torch.Tensor:
+        """y = r + gamma m reduce_j Qbar(s', a'_j), a'_j the reference particles moved L_train flow steps."""
+        noise = self.step_noise(batch["rewards"].shape[0], generator)["particles"]
+        return self._td_target(batch["next_observations"], batch["rewards"], batch["masks"], noise)
+
+    def update_losses(self, batch: dict[str, torch.Tensor], noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The critic's TD loss and the reference policy's flow-matching loss of one update (and what is logged).
+
+        Both come from the parameters before the update: the critic step does not touch the policy, so computing the
+        two first and back-propagating their sum once gives the gradients of the two separate steps. Compiled whole
+        when `compile_update` is set (no host syncs, no Python RNG inside).
+        """
+        target = self._td_target(batch["next_observations"], batch["rewards"], batch["masks"], noise["particles"])
+        qs = self.critic(batch["observations"], batch["actions"])  # [2, B]
+        critic_loss = (qs - target).pow(2).sum(0).mean()
+        bc_loss = self.policy.flow_matching_loss(batch["observations"], batch["actions"],
+                                                 noise=(noise["fm_x0"], noise["fm_t"]))
+        return {"critic_loss": critic_loss, "bc_loss": bc_loss, "q_mean": qs.detach().mean(),
+                "target_mean": target.mean()}
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         hp = self.hparams
         opts = self.optimizers()
         opt_actor, opt_critic = opts[0], opts[1]
-        g = self.step_generator()
-
-        target = self.td_target(batch, g)
-        qs = self.critic(batch["observations"], batch["actions"])  # [2, B]
-        critic_loss = (qs - target).pow(2).sum(0).mean()
+        noise = self.step_noise(batch["rewards"].shape[0], self.step_generator())
+        if self._losses_fn is None:
+            self._losses_fn = (torch.compile(self.update_losses, **(hp.compile_options or {})) if hp.compile_update
+                               else self.update_losses)
+        out = self._losses_fn(batch, noise)
         opt_critic.zero_grad()
-        self.manual_backward(critic_loss)
+        opt_actor.zero_grad()
+        self.manual_backward(out["critic_loss"] + out["bc_loss"])  # disjoint parameters: one backward for both
         opt_critic.step()
         polyak(self.target_critic, self.critic, hp.tau)
-
-        bc_loss = self.policy.flow_matching_loss(batch["observations"], batch["actions"], g)
-        opt_actor.zero_grad()
-        self.manual_backward(bc_loss)
         opt_actor.step()
 
-        logs = {"train/bc_loss": bc_loss, "train/q_mean": qs.mean(), "train/target_mean": target.mean()}
+        logs = {f"train/{k}": v for k, v in out.items()}
         if hp.amortized:
             logs["train/grad_loss"] = self.action_grad_step(batch, opts[2])
-        self.updates += 1
-        self.log_dict(logs, prog_bar=False)
-        self.log("train/critic_loss", critic_loss, prog_bar=True)
+        self.count_step()
+        self.log_train(logs, prog_bar=("train/critic_loss",))
 
     def action_grad_step(self, batch: dict[str, torch.Tensor], opt) -> torch.Tensor:
         """A-VGF: regress g_psi(s, a) on grad_a mean_k Q_k(s, a) at the data actions."""

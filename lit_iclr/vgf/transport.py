@@ -105,13 +105,15 @@ def transport(x: torch.Tensor, score_fn: ScoreFn, steps: int, lr: float, alpha: 
 
 
 def critic_score(q_fn: Callable[[torch.Tensor], torch.Tensor]) -> ScoreFn:
-    """grad_a sum Q(s, a) by autograd, w.r.t. the particles only (no parameter gradients are accumulated)."""
+    """grad_a sum Q(s, a) w.r.t. the particles only (no parameter gradients are accumulated).
+
+    `torch.func.grad` rather than `torch.autograd.grad`: the same numbers, and `torch.compile` traces it into the
+    update's graph (it breaks the graph at `autograd.grad`); it also works under an outer `torch.no_grad()`.
+    """
+    grad = torch.func.grad(lambda a: q_fn(a).sum())
 
     def score(x: torch.Tensor) -> torch.Tensor:
-        with torch.enable_grad():
-            a = x.detach().requires_grad_(True)
-            (g,) = torch.autograd.grad(q_fn(a).sum(), a)
-        return g
+        return grad(x.detach())
 
     return score
 

@@ -1,0 +1,280 @@
+"""VGF update speed: the project's update (`cli.py fit`, and the same update without Lightning) against the official
+JAX code (ryanxhr/vgf), at the project's default size and at the paper's cube-single size, measured in one run.
+
+Each side runs in its own single-threaded worker process (the official one in a JAX environment, e.g. a venv with
+`pip install "jax[cpu]" flax optax distrax ml_collections`), on the same transitions (the default OGBench cube-single
+data, read by the project's reader and handed to both), the same batch size and the same algorithm step: reference-flow
+sampling of B x N actions, L transport steps with a fresh Adam, target critic on the particles, TD step, Polyak,
+flow-matching step. Timed blocks of the sides are interleaved (machine noise hits all alike); the first calls, which
+compile (XLA's jit; `torch.compile` with `--compile`), are reported separately.
+
+    .venv/bin/python benchmarks/vgf_speed.py                       # the project's ms/step only, both settings
+    .venv/bin/python benchmarks/vgf_speed.py --vs-official ~/src/vgf --official-python /tmp/jaxenv/bin/python
+
+The official code is never fetched or installed by this script (and never used by the tests).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = {  # name: (hidden widths, batch, particles N, Euler steps of the reference flow, transport steps L)
+    "default": ((128, 128), 128, 8, 5, 1),
+    "paper": ((512, 512, 512, 512), 256, 10, 10, 3),
+}
+EPISODES = 5  # of the default cube-single data (configs/vgf.yaml: 50); the step's cost does not depend on it
+FLOW = {"flow_lr": 0.05, "alpha": 0.5, "discount": 0.99, "tau": 0.005}  # configs/vgf.yaml (value_q_agg: mean)
+
+
+# ------------------------------------------------------------------------------------------------------------ workers
+def _single_thread_env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+               JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    return env
+
+
+class Sampler:
+    """Uniform minibatches of the shared transitions, drawn with numpy on both sides."""
+
+    def __init__(self, path: str, batch: int):
+        self.data, self.batch = dict(np.load(path)), batch
+        self.rng = np.random.default_rng(0)
+
+    def __call__(self) -> dict:
+        idx = self.rng.integers(0, len(self.data["rewards"]), self.batch)
+        return {k: v[idx] for k, v in self.data.items()}
+
+
+def official_worker(setting: str, data: str, repo: str) -> None:
+    """Serves timed blocks of the official `VGFAgent.update` (one jitted XLA program per update)."""
+    sys.path.insert(0, repo)
+    import jax
+    from agents.vgf import VGFAgent, get_config
+
+    hidden, batch, particles, flow_steps, transport_steps = SETTINGS[setting]
+    config = get_config()
+    config.update(dict(value_hidden_dims=hidden, actor_hidden_dims=hidden, batch_size=batch, vgf_particles=particles,
+                       bc_flow_steps=flow_steps, train_vgf_steps=transport_steps, vgf_lr=FLOW["flow_lr"],
+                       vgf_alpha=FLOW["alpha"], discount=FLOW["discount"], tau=FLOW["tau"], train_q_agg="mean",
+                       vgf_q_agg="mean"))
+    sample = Sampler(data, batch)
+    ex = sample()
+    agent = VGFAgent.create(0, ex["observations"][:1], ex["actions"][:1], dict(config))
+    state = {"agent": agent}
+
+    def run(steps: int) -> tuple[float, float]:
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            state["agent"], info = state["agent"].update(sample())
+        jax.block_until_ready(info)
+        return time.perf_counter() - t, time.process_time() - c
+
+    serve(run)
+
+
+def project_worker(setting: str, data: str, side: str, compile_update: bool) -> None:
+    """Serves timed blocks of the project's update: `plain` (no Lightning) or `fit` (the CLI's Trainer)."""
+    import torch
+
+    torch.set_num_threads(1)
+    hidden, batch, particles, flow_steps, transport_steps = SETTINGS[setting]
+    model_args = dict(actor_hidden=list(hidden), critic_hidden=list(hidden), num_particles=particles,
+                      bc_flow_steps=flow_steps, train_flow_steps=transport_steps, value_q_agg="mean",
+                      compile_update=compile_update, **FLOW)
+    if side == "plain":
+        serve(plain_runner(model_args, data, batch))
+    else:
+        serve(fit_runner(model_args, batch, setting))
+
+
+def plain_runner(model_args: dict, data: str, batch: int):
+    import torch
+
+    from lit_iclr.vgf.module import VGF, polyak
+
+    sample = Sampler(data, batch)
+    ex = sample()
+    model = VGF(obs_dim=ex["observations"].shape[1], action_dim=ex["actions"].shape[1], **model_args)
+    losses = torch.compile(model.update_losses) if model_args["compile_update"] else model.update_losses
+    opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, fused=True)  # as configs/vgf.yaml
+    opt_critic = torch.optim.Adam(model.critic.parameters(), lr=3e-4, fused=True)
+    gen = torch.Generator()
+
+    def run(steps: int) -> tuple[float, float]:
+        t, c = time.perf_counter(), time.process_time()
+        for k in range(steps):
+            b = {key: torch.from_numpy(v) for key, v in sample().items()}
+            out = losses(b, model.step_noise(batch, gen.manual_seed(k)))
+            opt_critic.zero_grad()
+            opt_actor.zero_grad()
+            (out["critic_loss"] + out["bc_loss"]).backward()
+            opt_critic.step()
+            polyak(model.target_critic, model.critic, model.hparams.tau)
+            opt_actor.step()
+        return time.perf_counter() - t, time.process_time() - c
+
+    return run
+
+
+def fit_runner(model_args: dict, batch: int, setting: str):
+    """Each block is a fresh `cli.py fit` of configs/vgf.yaml (validation off); the block's time is the span between
+    the end of its first and of its last step, so the CLI's setup and the first step's compile are not in it."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lit_iclr.cli import LitIclrCLI
+
+    class StepClock(Callback):
+        def __init__(self):
+            self.ends: list[tuple[float, float]] = []
+            self.start = 0.0
+
+        def on_train_start(self, *args) -> None:
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, *args) -> None:
+            self.ends.append((time.perf_counter(), time.process_time()))
+
+    overrides = []
+    for k, v in model_args.items():
+        overrides += [f"--model.init_args.{k}", v if isinstance(v, str) else json.dumps(v)]
+    tmp = tempfile.mkdtemp(prefix="vgf_speed_")
+    first = {"wall": 0.0}
+
+    def run(steps: int) -> tuple[float, float]:
+        clock = StepClock()
+        args = ["--config", str(ROOT / "configs" / "vgf.yaml"), *overrides, "--data.init_args.batch_size", str(batch),
+                "--data.init_args.data_dir", str(ROOT / "data"), "--data.init_args.num_episodes", str(EPISODES),
+                "--data.init_args.steps_per_epoch", str(steps + 1),
+                "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "0", "--trainer.default_root_dir",
+                f"{tmp}/{setting}-{time.time_ns()}"]
+        cli = LitIclrCLI(args=args, run=False)
+        cli.trainer.callbacks.append(clock)
+        cli.trainer.fit(cli.model, cli.datamodule)
+        (t0, c0), (t1, c1) = clock.ends[0], clock.ends[-1]
+        first["wall"] = t0 - clock.start  # the first step (compiles when compile_update is set)
+        return t1 - t0, c1 - c0  # `steps` steps after the first
+
+    run.first = first
+    return run
+
+
+def serve(run) -> None:
+    """JSON lines on the original stdout: {"steps": n} -> {"wall": s, "cpu": s}; everything printed goes to stderr."""
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        req = json.loads(line)
+        wall, cpu = run(req["steps"])
+        first = getattr(run, "first", {"wall": wall})["wall"]  # the fit side: its first step alone
+        proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first}) + "\n")
+        proto.flush()
+
+
+class Worker:
+    def __init__(self, python: str, *args: str):
+        self.proc = subprocess.Popen([python, __file__, "--worker", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=_single_thread_env(), cwd=ROOT)
+
+    def run(self, steps: int) -> dict[str, float]:
+        self.proc.stdin.write(json.dumps({"steps": steps}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.proc.args[3:]} exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+# ----------------------------------------------------------------------------------------------------------- driver
+def shared_transitions(path: Path) -> Path:
+    """The default OGBench cube-single transitions (generated on first use) as one npz both sides read."""
+    from lit_iclr.vgf.data import OGBenchData
+
+    dm = OGBenchData(dataset="cube-single-play-singletask-task2-v0", data_dir=str(ROOT / "data"), num_episodes=EPISODES,
+                     episode_length=1001)
+    dm.prepare_data()
+    dm.setup("fit")
+    np.savez(path, **{k: v.numpy() for k, v in dm.transitions.items()})
+    return path
+
+
+def measure(setting: str, sides: dict[str, Worker], steps: int, repeats: int) -> dict[str, dict]:
+    # first call: XLA's jit / torch.compile (the fit side's first block warms up; its clock starts after step 1)
+    out = {name: {"first_s": w.run(1)["first_step"]} for name, w in sides.items()}
+    for name, w in sides.items():
+        w.run(max(1, steps // 4))  # settle
+        out[name]["ms"] = []
+    for _ in range(repeats):  # interleaved blocks
+        for name, w in sides.items():
+            r = w.run(steps)
+            out[name]["ms"].append(1000.0 * r["cpu"] / steps)
+            out[name].setdefault("wall_ms", []).append(1000.0 * r["wall"] / steps)
+    for name in out:
+        out[name]["median_ms"] = statistics.median(out[name]["ms"])
+    print(f"[{setting}] " + json.dumps(out), flush=True)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--settings", default="default,paper")
+    p.add_argument("--steps", default="30,4", help="timed steps per block, per setting")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--vs-official", default="", help="a checkout of github.com/ryanxhr/vgf (run in its own JAX env)")
+    p.add_argument("--official-python", default=sys.executable, help="python of an environment with jax, flax, optax")
+    p.add_argument("--compile", choices=["off", "on", "both"], default="both",
+                   help="the project's compile_update (both: the fit side eager and compiled, the plain side eager)")
+    p.add_argument("--no-fit", action="store_true", help="skip the cli.py fit side")
+    p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        kind, setting, data, *rest = args.worker
+        if kind == "official":
+            official_worker(setting, data, rest[0])
+        else:
+            project_worker(setting, data, rest[0], rest[1] == "1")
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="vgf_speed_"))
+    data = str(shared_transitions(tmp / "transitions.npz"))
+    compiles = {"off": ["0"], "on": ["1"], "both": ["0", "1"]}[args.compile]
+    rows = []
+    for setting, steps in zip(args.settings.split(","), [int(s) for s in args.steps.split(",")], strict=False):
+        sides = {}
+        if args.vs_official:
+            sides["official"] = Worker(args.official_python, "official", setting, data, args.vs_official)
+        for c in compiles:
+            tag = "compiled" if c == "1" else "eager"
+            if c == "0" or args.compile == "on":
+                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c)
+            if not args.no_fit:
+                sides[f"fit-{tag}"] = Worker(sys.executable, "project", setting, data, "fit", c)
+        res = measure(setting, sides, steps, args.repeats)
+        for w in sides.values():
+            w.close()
+        ref = res.get("official", {}).get("median_ms")
+        for name, r in res.items():
+            ratio = f"{r['median_ms'] / ref:.2f}" if ref else "-"
+            rows.append(f"| {setting} | {name} | {r['median_ms']:.1f} | {ratio} | {r['first_s']:.1f} |")
+    print(f"\n{args.repeats} interleaved blocks per side, median CPU ms/step of each single-threaded process (on a shared "
+          "machine wall time also counts waiting for a core); 1 thread per side\n")
+    print("| setting | side | CPU ms / step | ratio vs official | first call (s wall, incl. compile) |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
