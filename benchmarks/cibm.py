@@ -1,0 +1,205 @@
+"""IB-CBM benchmark: CBM families with and without the concepts' information bottleneck on the default CUB-format data.
+
+For each family (joint, sequential, independent, CEM, ProbCBM) three variants with the same heads, data, optimiser and
+epochs: the family as published (deterministic; ProbCBM is stochastic by construction), + IB_B, + IB_E; plus the black-box
+reference, the stochastic joint CBM without IB term (beta = 0, the I_hat comparator) and IB_B with the dual step's sign
+flipped (beta_lr = +0.01, a diagnostic). Reported per variant (mean +- std over seeds): task and concept accuracy, OIS and
+NIS (x100), class leakage (probe on soft minus hard concepts, points), I_hat(X;C) on the test set, intervention AUC and
+whether the random-order and uncertainty-order curves are monotone, and training throughput relative to the deterministic
+family. Paired 95% CIs (t over seeds) of IB - none for accuracy, OIS and leakage.
+
+    python benchmarks/cibm.py --seeds 0 --out runs/cibm_bench        # one process per seed (they may run in parallel)
+    python benchmarks/cibm.py --report --out runs/cibm_bench         # table + figures from every seed's results
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+VARIANTS = {  # name -> CIBM overrides
+    "none": {"ib": "none", "stochastic": False},
+    "IB_B": {"ib": "B"},
+    "IB_E": {"ib": "E"},
+}
+EXTRA = {
+    ("blackbox", "none"): {"family": "blackbox", "ib": "none", "stochastic": False},
+    ("joint", "stoch_noIB"): {"family": "joint", "ib": "none", "stochastic": True},
+    ("joint", "IB_B_flipped"): {"family": "joint", "ib": "B", "beta_lr": 0.01},
+}
+FAMILIES = ("joint", "sequential", "independent", "cem", "probcbm")
+
+
+def configs(families) -> list[tuple[str, str, dict]]:
+    out = []
+    for fam in families:
+        for name, kw in VARIANTS.items():
+            kw = dict(kw)
+            if fam == "probcbm" and name == "none":
+                kw = {"ib": "none", "stochastic": True}  # ProbCBM is probabilistic by design
+            out.append((fam, name, {"family": fam, **kw}))
+    out += [(f, v, kw) for (f, v), kw in EXTRA.items() if f in families or f == "blackbox"]
+    return out
+
+
+def run(seed: int, out: Path, epochs: int, families, data_dir: str, only: list[str] | None = None) -> None:
+    import lightning as L
+    import torch
+
+    from lit_iclr.cibm import CIBM, CUBConcepts
+
+    torch.set_num_threads(1)
+    dm = CUBConcepts(data_dir=data_dir, batch_size=64)
+    dm.prepare_data()
+    dm.setup("fit")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"seed{seed}.jsonl"
+    todo = configs(families)
+    if only:
+        todo = [t for t in configs(FAMILIES) if f"{t[0]}:{t[1]}" in only]
+    for fam, variant, kw in todo:
+        done = {(r["family"], r["variant"]) for r in map(json.loads, path.read_text().splitlines())} if path.exists() else set()
+        if (fam, variant) in done:  # re-read each time: several processes may share a seed's file
+            continue
+        L.seed_everything(seed, verbose=False)
+        model = CIBM(input_shape=dm.input_shape, num_concepts=dm.num_concepts, num_classes=dm.num_classes,
+                     concept_groups=dm.concept_groups, hidden=128, mi_samples=100, leakage_metrics=True,
+                     leakage_samples=400, **kw)
+        trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+        t0 = time.perf_counter()
+        trainer.fit(model, datamodule=dm)
+        fit_s = time.perf_counter() - t0
+        trainer.test(model, datamodule=dm, verbose=False)
+        res = {k: v for k, v in model.test_results.items()}
+        res.update(family=fam, variant=variant, seed=seed, fit_s=fit_s, steps=trainer.global_step,
+                   steps_per_s=trainer.global_step / fit_s)
+        with open(path, "a") as f:
+            f.write(json.dumps(res) + "\n")
+        print(f"seed {seed} {fam:11s} {variant:12s} acc {res['acc']:.3f} ois {res.get('ois', float('nan')):.3f} "
+              f"leak {res.get('leakage', float('nan')):+.3f} mi {res.get('mi_xc', float('nan')):.2f} fit {fit_s:.0f}s",
+              flush=True)
+
+
+def paired_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Mean of a - b over paired seeds and its 95% t interval half-width (nan with fewer than 2 pairs)."""
+    from scipy import stats
+
+    d = np.asarray(a) - np.asarray(b)
+    if len(d) < 2:
+        return float(d.mean()), float("nan"), float("nan")
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def fmt(vals, scale=1.0, digits=1) -> str:
+    vals = [v for v in vals if v is not None and np.isfinite(v)]
+    if not vals:
+        return "-"
+    v = np.asarray(vals) * scale
+    return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
+
+
+def report(out: Path, fig_dir: Path) -> None:
+    rows = [json.loads(line) for p in sorted(out.glob("seed*.jsonl")) for line in p.read_text().splitlines()]
+    by: dict[tuple[str, str], list[dict]] = {}
+    seen = set()
+    for r in rows:
+        key = (r["family"], r["variant"], r["seed"])
+        if key not in seen:  # a config repeated by an interrupted and resumed process counts once
+            seen.add(key)
+            by.setdefault((r["family"], r["variant"]), []).append(r)
+    order = [(f, v) for f, v, _ in configs(FAMILIES) if (f, v) in by]
+    seeds = sorted({r["seed"] for r in rows})
+    print(f"seeds: {seeds}; {len(seen)} runs\n")
+    print("| family | variant | task acc % | concept acc % | OIS x100 | NIS x100 | class leakage (pts) | I_hat(X;C) nats "
+          "| TTI AUC % (random) | monotone random / uncert. | all groups fixed % | beta end | steps/s (x det.) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for f, v in order:
+        rs = sorted(by[(f, v)], key=lambda r: r["seed"])
+        ref = {r["seed"]: r["steps_per_s"] for r in by.get((f, "none"), [])}
+        speed = [r["steps_per_s"] / ref[r["seed"]] for r in rs if r["seed"] in ref]
+        mono = (f"{sum(r.get('tti_random_monotone', 0) for r in rs):.0f}/{len(rs)} / "
+                f"{sum(r.get('tti_uncertainty_monotone', 0) for r in rs):.0f}/{len(rs)}") if f != "blackbox" else "-"
+        print(f"| {f} | {v} | {fmt([r['acc'] for r in rs], 100)} | {fmt([r.get('concept_acc') for r in rs], 100)} "
+              f"| {fmt([r.get('ois') for r in rs], 100)} | {fmt([r.get('nis') for r in rs], 100)} "
+              f"| {fmt([r.get('leakage') for r in rs], 100)} | {fmt([r.get('mi_xc') for r in rs], 1, 2)} "
+              f"| {fmt([r.get('tti_random_auc') for r in rs], 100)} | {mono} "
+              f"| {fmt([r.get('tti_random_full') for r in rs], 100)} | {fmt([r.get('beta') for r in rs], 1, 2)} "
+              f"| {fmt(speed, 1, 2)} |")
+    print("\nPaired differences IB - none (same seed), mean [95% CI]; a CI containing 0 is not significant:\n")
+    print("| family | IB | task acc (pts) | OIS (x100) | class leakage (pts) |")
+    print("|---|---|---|---|---|")
+    for f in FAMILIES:
+        base = {r["seed"]: r for r in by.get((f, "none"), [])}
+        for v in ("IB_B", "IB_E", "IB_B_flipped", "stoch_noIB"):
+            rs = [r for r in by.get((f, v), []) if r["seed"] in base]
+            if not rs:
+                continue
+            cells = []
+            for key in ("acc", "ois", "leakage"):
+                m, lo, hi = paired_ci([100 * r[key] for r in rs], [100 * base[r["seed"]][key] for r in rs])
+                sig = "" if not np.isfinite(lo) or lo <= 0 <= hi else " *"
+                cells.append(f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}]{sig}")
+            print(f"| {f} | {v} | " + " | ".join(cells) + " |")
+    figures(by, fig_dir)
+
+
+def figures(by, fig_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lit_iclr.cibm.plots import information_plane
+
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    fams = [f for f in FAMILIES if (f, "none") in by]
+    fig, axes = plt.subplots(1, len(fams), figsize=(3.2 * len(fams), 3), sharey=True, squeeze=False)
+    for ax, f in zip(axes[0], fams, strict=True):
+        for v in ("none", "IB_B", "IB_E"):
+            rs = by.get((f, v), [])
+            if rs:
+                curve = 100 * np.mean([r["curves"]["random"] for r in rs], axis=0)
+                ax.plot(np.arange(len(curve)), curve, marker="o", ms=3, label=v)
+        ax.set_title(f, fontsize=9)
+        ax.set_xlabel("intervened groups")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("task accuracy (%)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(fig_dir / "cibm_interventions.png", dpi=120)
+    plt.close(fig)
+    planes = {f"joint {v}": by[("joint", v)][0]["plane"] for v in ("stoch_noIB", "IB_B", "IB_E", "IB_B_flipped")
+              if ("joint", v) in by and by[("joint", v)][0].get("plane")}
+    if planes:
+        fig = information_plane(planes)
+        fig.savefig(fig_dir / "cibm_information_plane.png", dpi=120)
+        plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--families", nargs="+", default=list(FAMILIES))
+    p.add_argument("--data-dir", default="data")
+    p.add_argument("--out", type=Path, default=Path("runs/cibm_bench"))
+    p.add_argument("--figures", type=Path, default=Path("seeds/figures"))
+    p.add_argument("--only", nargs="+", help="run only these family:variant configs (e.g. blackbox:none joint:IB_B)")
+    p.add_argument("--report", action="store_true", help="print the table and draw the figures from --out")
+    args = p.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.report:
+        report(args.out, args.figures)
+        return
+    for s in args.seeds:
+        run(s, args.out, args.epochs, args.families, args.data_dir, args.only)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""DataModules of concept-bottleneck data: CUB-200-2011 (images, Koh et al.'s concepts) and AwA2/aPY (xlsa17 features).
+
+Batches are dicts: `x` (an embedding (B, D) or an image (B, C, H, W) in [-1, 1]), `c` (B, K) concept labels in {0, 1},
+`y` (B,) class. Sizes the model needs (input shape, number of concepts and classes, concept groups) are set in `__init__`
+and linked to the model. `train_inputs` (all training inputs, in memory) is what the model draws its I(X;C) subsample from.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import DataLoader, Dataset
+
+from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core.loader import ResumableDataLoader
+
+from . import generate
+from .cub import read_cub
+from .embed import embed_images, embedding_dim, normalize, pretrain_on_fashion_mnist
+from .xlsa17 import read_xlsa17
+
+SPLITS = ("train", "val", "test")
+
+
+class ConceptDataset(Dataset):
+    def __init__(self, x: torch.Tensor, c: torch.Tensor, y: torch.Tensor):
+        self.x, self.c, self.y = x, c, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "c": self.c[i], "y": self.y[i]}
+
+
+class _ConceptData(BaseDataModule):
+    model_links = {"input_shape": "input_shape", "num_concepts": "num_concepts", "num_classes": "num_classes",
+                   "concept_groups": "concept_groups"}
+
+    def __init__(self, root, data_dir, batch_size, num_workers):
+        super().__init__(root, data_dir, batch_size, num_workers)
+        self.sets: dict[str, ConceptDataset] = {}
+        self.group_names: list[str] = []
+
+    @property
+    def train_inputs(self) -> torch.Tensor:
+        """Every training input, for the model's I(X;C) subsample."""
+        return self.sets["train"].x
+
+    def _check_sizes(self, source: Path, k: int, classes: int) -> None:
+        if (k, classes) != (self.num_concepts, self.num_classes):
+            raise DatasetFormatError(source, f"{k} concepts / {classes} classes, but the model was sized for "
+                                     f"{self.num_concepts} / {self.num_classes}", "set the data's sizes to match the files")
+
+    def train_dataloader(self):
+        return ResumableDataLoader(self.sets["train"], batch_size=self.batch_size, shuffle=True,
+                                   num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return DataLoader(self.sets["val"], batch_size=max(self.batch_size, 256), num_workers=self.num_workers)
+
+    def test_dataloader(self):
+        return DataLoader(self.sets["test"], batch_size=max(self.batch_size, 256), num_workers=self.num_workers)
+
+
+class CUBConcepts(_ConceptData):
+    """CUB-200-2011 with Koh et al.'s concepts; the default is a generated CUB-format set of Fashion-MNIST scenes."""
+
+    default_name = "cibm-cub-scenes"
+    default_version = 1
+
+    def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 64, num_workers: int = 0,
+                 splits: str = "auto", min_class_count: int = 10, image_size: int = 32, in_chans: int = 1,
+                 embed_backbone: str | None = "test_resnet", embed_stages: list[int] = (2, 3, 4), embed_grid: int = 2,
+                 embed_checkpoint: str | None = None, embed_pretrain_steps: int = 150,
+                 num_images: int = 3600, num_classes: int = 16, p_leak: float = 0.85, p_deviate: float = 0.12,
+                 generator_seed: int = 0):
+        """
+        Args:
+            root: Folder holding CUB_200_2011/ (and attributes.txt, class_attr_data_10/); null: the generated default.
+            data_dir: Cache folder (generated data, pretrained embedding backbone, cached embeddings).
+            batch_size: Samples per training batch.
+            num_workers: DataLoader workers.
+            splits: `pkl` (Koh et al.'s train/val/test.pkl), `raw` (original files, Koh et al.'s processing) or `auto`.
+            min_class_count: Raw splits: keep attributes present in at least this many classes (Koh et al.: 10).
+            image_size: Images are resized to this side.
+            in_chans: 1 (grey) or 3 (RGB).
+            embed_backbone: timm backbone whose frozen features are the model input (the paper's precomputed
+                embeddings); null: the model gets images and trains its own backbone end to end.
+            embed_stages: Feature stages (timm `out_indices`) pooled into the embedding.
+            embed_grid: Each stage is average-pooled to grid x grid.
+            embed_checkpoint: Local weights of the embedding backbone; null: pretrain it on Fashion-MNIST (grey only).
+            embed_pretrain_steps: Fashion-MNIST pretraining steps when no checkpoint is given (0: random frozen features).
+            num_images: Default generator: number of images.
+            num_classes: Default generator: classes (attribute combinations); for real data, the class count of the files.
+            p_leak: Default generator: probability that the background level carries the class (the leakage channel).
+            p_deviate: Default generator: probability that an image shows another value than its class's, per group.
+            generator_seed: Default generator seed.
+        """
+        super().__init__(root, data_dir, batch_size, num_workers)
+        self.splits, self.min_class_count = splits, min_class_count
+        self.image_size, self.in_chans = image_size, in_chans
+        self.embed_backbone, self.embed_stages, self.embed_grid = embed_backbone, list(embed_stages), embed_grid
+        self.embed_checkpoint, self.embed_pretrain_steps = embed_checkpoint, embed_pretrain_steps
+        self.gen_kwargs = {"num_images": num_images, "num_classes": num_classes, "p_leak": p_leak,
+                           "p_deviate": p_deviate, "seed": generator_seed}
+        if root is None:
+            names = generate.concept_names()
+            self.num_classes = num_classes
+        else:  # attribute names and class count are cheap to read; images are read in setup()
+            data = read_cub(self.path, splits, min_class_count)
+            names, self.num_classes = data.concept_names, data.num_classes
+        groups: dict[str, list[int]] = {}
+        for k, n in enumerate(names):
+            groups.setdefault(n.split("::")[0], []).append(k)
+        self.concept_names = names
+        self.group_names, self.concept_groups = list(groups), list(groups.values())
+        self.num_concepts = len(names)
+        if embed_backbone is not None:
+            self.input_shape = [embedding_dim(embed_backbone, in_chans, self.embed_stages, embed_grid)]
+        else:
+            self.input_shape = [in_chans, image_size, image_size]
+
+    def generate_default(self, out_dir: Path) -> None:
+        generate.generate_cub(out_dir, **self.gen_kwargs)
+
+    def _backbone_weights(self) -> Path | None:
+        if self.embed_checkpoint is not None:
+            return Path(self.embed_checkpoint)
+        if self.embed_pretrain_steps <= 0:
+            return None
+        return Path(self.data_dir) / "backbones" / f"{self.embed_backbone}-fmnist-{self.embed_pretrain_steps}.safetensors"
+
+    def prepare_data(self) -> None:
+        super().prepare_data()
+        weights = self._backbone_weights()
+        if self.embed_backbone is not None and self.embed_checkpoint is None and weights is not None and not weights.exists():
+            if self.in_chans != 1:
+                raise DatasetFormatError(self.path, "Fashion-MNIST pretraining makes a grey backbone only",
+                                         "set embed_checkpoint to local RGB weights, or in_chans: 1")
+            pretrain_on_fashion_mnist(self.embed_backbone, self.embed_pretrain_steps, weights, canvas=self.image_size)
+
+    def _load_images(self, paths: list[Path]) -> np.ndarray:
+        mode = "L" if self.in_chans == 1 else "RGB"
+        out = []
+        for p in paths:
+            try:
+                with Image.open(p) as im:
+                    im = im.convert(mode)
+                    if im.size != (self.image_size, self.image_size):
+                        im = im.resize((self.image_size, self.image_size), Image.Resampling.BILINEAR)
+                    out.append(np.asarray(im, dtype=np.uint8))
+            except (UnidentifiedImageError, OSError) as e:
+                raise DatasetFormatError(p, f"image does not open ({e.__class__.__name__})",
+                                         "re-extract the CUB images/ folder") from e
+        return np.stack(out)
+
+    def _cache_file(self) -> Path:
+        weights = self._backbone_weights()
+        key = json.dumps([str(self.path.resolve()), self.splits, self.min_class_count, self.image_size, self.in_chans,
+                          self.embed_backbone, self.embed_stages, self.embed_grid, str(weights),
+                          weights.stat().st_mtime if weights is not None and weights.exists() else 0], sort_keys=True)
+        return Path(self.data_dir) / "cache" / f"cibm-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.sets:
+            return
+        cache = self._cache_file()
+        if cache.exists():
+            tensors = torch.load(cache, weights_only=True)
+        else:
+            data = read_cub(self.path, self.splits, self.min_class_count)
+            self._check_sizes(self.path, len(data.concept_names), data.num_classes)
+            tensors = {}
+            for s in SPLITS:
+                sp = data.splits[s]
+                images = self._load_images(sp.paths)
+                if self.embed_backbone is not None:
+                    x = embed_images(images, self.embed_backbone, self.in_chans, self.embed_stages, self.embed_grid,
+                                     self._backbone_weights())
+                else:
+                    x = torch.from_numpy(images).float() / 255.0
+                    x = normalize(x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2))
+                tensors[s] = {"x": x, "c": torch.from_numpy(sp.concepts).float(), "y": torch.from_numpy(sp.labels)}
+            if self.embed_backbone is not None:  # standardise features with training statistics
+                mean, std = tensors["train"]["x"].mean(0), tensors["train"]["x"].std(0).clamp_min(1e-6)
+                for s in SPLITS:
+                    tensors[s]["x"] = (tensors[s]["x"] - mean) / std
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(".tmp")
+            torch.save(tensors, tmp)
+            tmp.replace(cache)
+        self.sets = {s: ConceptDataset(**tensors[s]) for s in SPLITS}
+
+    def describe(self) -> str:
+        what = "generated CUB-format Fashion-MNIST scenes" if self.root is None else "CUB-200-2011"
+        inp = f"frozen {self.embed_backbone} embeddings" if self.embed_backbone else "images"
+        return (f"CUBConcepts: {what} at {self.path}; {self.num_concepts} concepts in {len(self.concept_groups)} groups, "
+                f"{self.num_classes} classes; model input: {inp} {self.input_shape}")
+
+
+class XLSA17Concepts(_ConceptData):
+    """AwA2 or aPY in the xlsa17 format: ResNet-101 features with class-level binary attributes as concepts."""
+
+    default_name = "xlsa17"
+
+    def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 256, num_workers: int = 0,
+                 split_seed: int = 0):
+        """
+        Args:
+            root: Folder holding res101.mat and att_splits.mat (xlsa17/data/AWA2 or APY; AwA2's predicates.txt optional).
+            data_dir: Unused (no default is generated); kept for the common interface.
+            batch_size: Samples per training batch.
+            num_workers: DataLoader workers.
+            split_seed: Seed of the random train/val/test split.
+        """
+        super().__init__(root, data_dir, batch_size, num_workers)
+        if root is None:
+            raise DatasetFormatError("data.init_args.root", "XLSA17Concepts has no generated default",
+                                     "point root at xlsa17/data/AWA2 (or APY)")
+        self.split_seed = split_seed
+        self._data = read_xlsa17(self.path, split_seed)
+        self.group_names = list(self._data["groups"])
+        self.concept_groups = [g for g in self._data["groups"].values() if g]
+        self.num_concepts, self.num_classes = len(self._data["names"]), self._data["num_classes"]
+        self.input_shape = [self._data["splits"]["train"][0].shape[1]]
+
+    def setup(self, stage: str | None = None) -> None:
+        self.sets = {s: ConceptDataset(torch.from_numpy(x), torch.from_numpy(c), torch.from_numpy(y))
+                     for s, (x, c, y) in self._data["splits"].items()}
