@@ -34,13 +34,17 @@ VARIANTS = {
     "dense": MergeOptions(mode="dense"),
     "smoe (top-2)": MergeOptions(mode="smoe", top_k=2),
     "smear": MergeOptions(mode="smear"),
-    "camex": MergeOptions(mode="camex"),
+    # curvature_rank 0 is M_i = I (Euclidean merging, what the table up to this label measured); rank 1 is CAMEx's
+    # Kronecker curvature, identity at init (its curvature-on configuration)
+    "camex (curvature off)": MergeOptions(mode="camex", curvature_rank=0),
+    "camex (curvature on)": MergeOptions(mode="camex", curvature_rank=1),
     "ep-camex": MergeOptions(mode="ep_camex"),
     "namex (no momentum)": MergeOptions(mode="namex", beta_abs=0.0),
     "namex (complex momentum)": MergeOptions(mode="namex", **BETA),
 }
 FIG = ROOT / "seeds" / "figures"
 OUT = ROOT / "benchmarks" / "out" / "namex"  # one JSON per (task, variant, seed): runs can be split and resumed
+LEGACY = {"camex": "camex (curvature off)"}  # results stored before the label said that its curvature was off
 
 
 def schedule(opt, total: int, warmup_frac: float = 0.05):
@@ -174,6 +178,7 @@ def load_results(tasks) -> dict:
     results: dict = {}
     for f in sorted(OUT.glob("*.json")):
         r = json.loads(f.read_text())
+        r["variant"] = LEGACY.get(r["variant"], r["variant"])
         if r["task"] in tasks and r["variant"] in VARIANTS:
             results.setdefault(r["task"], {}).setdefault(r["variant"], {})[r["seed"]] = r
     return results

@@ -14,7 +14,8 @@ kept here as `bidir="quirk"` for exact reproduction.
 Layer-wise normalisation (LAMP-style, as LAST): with the layer's scores sorted ascending s_(1) <= ... <= s_(P),
     s^_(k) = s_(k) / sum_{j >= k} s_(j),
 so the strongest state of every layer scores 1. Then one global threshold: the K = floor((1 - rho) * total) states
-with the largest s^ over all layers are kept (ties go to the earlier index), without retraining.
+with the largest s^ over all layers are kept (ties go to the earlier index), without retraining. Each layer keeps at
+least its strongest state (K is raised to n_layers if needed), so no layer is left without states.
 """
 from __future__ import annotations
 
@@ -102,13 +103,22 @@ class PrunePlan:
 
 
 def plan_from_scores(raw: list[torch.Tensor], ratio: float, method: str = "aire") -> PrunePlan:
-    """Normalise each layer's raw scores, keep the global top floor((1 - ratio) * total), return the plan."""
+    """Normalise each layer's raw scores, keep the global top max(floor((1 - ratio) * total), n_layers), return the plan.
+
+    Every layer keeps at least its strongest state: LAMP gives each layer's top state the same score 1, so with
+    ties (earlier index first) or K < n_layers a later layer could otherwise lose all its states, and a layer with
+    none cannot run (the FFT convolution over zero states fails). At such ratios the pruned fraction is below `ratio`.
+    """
     if not 0.0 <= ratio < 1.0:
         raise ValueError(f"prune ratio must be in [0, 1), got {ratio}")
     normalized = [layerwise_normalize(s) for s in raw]
     flat = torch.cat(normalized)
-    k = int((1.0 - ratio) * flat.numel() + 1e-9)
-    mask = topk_mask(flat, k)
+    k = max(int((1.0 - ratio) * flat.numel() + 1e-9), len(normalized))
+    forced = flat.clone()
+    starts = torch.tensor([0] + [s.numel() for s in normalized[:-1]]).cumsum(0)
+    tops = torch.stack([topk_mask(s, 1).nonzero()[0, 0] for s in normalized]) + starts
+    forced[tops] = float("inf")  # each layer's top state is kept; the rest of the budget goes to the global top-K
+    mask = topk_mask(forced, k)
     keep, start = [], 0
     for s in normalized:
         keep.append(torch.nonzero(mask[start:start + s.numel()]).flatten())

@@ -10,28 +10,37 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .pyramid import decompose, down, pad_sphere, up
+from .pyramid import area_weights, decompose, down, pad_sphere, up
+
+
+def _signs(pole_sign: torch.Tensor | None, cin: int) -> torch.Tensor | None:
+    """Per-input-channel pole signs: the given ones first (the physical fields), +1 for the rest."""
+    if pole_sign is None:
+        return None
+    return torch.cat([pole_sign.float(), torch.ones(cin - pole_sign.numel())])
 
 
 class SphereConv(nn.Conv2d):
-    """k x k convolution that pads like the sphere (wrap in longitude, across the poles) instead of with zeros."""
+    """k x k convolution that pads like the sphere (wrap in longitude, across the poles) instead of with zeros.
+    pole_sign (cin,): sign of each input channel across the pole (-1 for wind components; see pad_sphere)."""
 
-    def __init__(self, cin: int, cout: int, k: int = 3, periodic: bool = True):
+    def __init__(self, cin: int, cout: int, k: int = 3, periodic: bool = True, pole_sign: torch.Tensor | None = None):
         super().__init__(cin, cout, k, padding=0)
         self.p, self.periodic = k // 2, periodic
+        self.register_buffer("pole_sign", _signs(pole_sign, cin), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(pad_sphere(x, self.p, self.periodic))
+        return super().forward(pad_sphere(x, self.p, self.periodic, self.pole_sign))
 
 
 class ConvGRU(nn.Module):
     """Convolutional GRU run over the history window (the CPU-light temporal encoder)."""
 
-    def __init__(self, cin: int, ch: int, periodic: bool):
+    def __init__(self, cin: int, ch: int, periodic: bool, pole_sign: torch.Tensor | None = None):
         super().__init__()
         self.ch = ch
-        self.gates = SphereConv(cin + ch, 2 * ch, 3, periodic)
-        self.cand = SphereConv(cin + ch, ch, 3, periodic)
+        self.gates = SphereConv(cin + ch, 2 * ch, 3, periodic, pole_sign)
+        self.cand = SphereConv(cin + ch, ch, 3, periodic, pole_sign)
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:  # (B, T, cin, H, W) -> (B, ch, H, W)
         B, T, _, H, W = seq.shape
@@ -45,9 +54,10 @@ class ConvGRU(nn.Module):
 class TemporalAttention(nn.Module):
     """Per-pixel self-attention over the history steps (with a learned step embedding); returns the last step."""
 
-    def __init__(self, cin: int, ch: int, periodic: bool, history: int, heads: int = 4):
+    def __init__(self, cin: int, ch: int, periodic: bool, history: int, heads: int = 4,
+                 pole_sign: torch.Tensor | None = None):
         super().__init__()
-        self.embed = SphereConv(cin, ch, 3, periodic)
+        self.embed = SphereConv(cin, ch, 3, periodic, pole_sign)
         self.pos = nn.Parameter(torch.zeros(history, ch))
         self.attn = nn.MultiheadAttention(ch, heads if ch % heads == 0 else 1, batch_first=True)
         self.norm = nn.LayerNorm(ch)
@@ -100,7 +110,8 @@ class CrossScaleExchange(nn.Module):
 class STORMNet(nn.Module):
     def __init__(self, channels: int, static_channels: int, forcing_channels: int, history: int, num_scales: int = 3,
                  hidden: list[int] | tuple[int, ...] = (32, 48, 64), num_blocks: int = 2, cross_scale: bool = True,
-                 decomposition: str = "laplacian", encoder: str = "convgru", periodic: bool = True):
+                 decomposition: str = "laplacian", encoder: str = "convgru", periodic: bool = True,
+                 area: torch.Tensor | None = None, pole_sign: torch.Tensor | None = None):
         """
         Args:
             channels: Forecast variables C (input and output).
@@ -114,16 +125,22 @@ class STORMNet(nn.Module):
             decomposition: `laplacian` (exactly invertible pyramid) or `spectral` (dyadic wavenumber bands).
             encoder: Temporal encoder per scale: `convgru` or `attention`.
             periodic: Global grid (wrap in longitude, cross the poles) rather than a regional box.
+            area: Row area weights (H,) (cos latitude) of the finest grid: Down is then area-weighted (None: plain mean).
+            pole_sign: (channels,) sign of each forecast variable across the pole (-1 for wind u, v; None: all +1).
         """
         super().__init__()
         if len(hidden) != num_scales:
             raise ValueError(f"hidden needs one width per scale ({num_scales}), got {list(hidden)}")
         self.S, self.periodic, self.decomposition, self.cross_scale = num_scales, periodic, decomposition, cross_scale
         cin = channels + static_channels + forcing_channels
+        self.register_buffer("area", None if area is None else torch.as_tensor(area).float(), persistent=False)
+        self.register_buffer("pole_sign", None if pole_sign is None else torch.as_tensor(pole_sign).float(),
+                             persistent=False)
         if encoder == "convgru":
-            self.encoders = nn.ModuleList(ConvGRU(cin, w, periodic) for w in hidden)
+            self.encoders = nn.ModuleList(ConvGRU(cin, w, periodic, pole_sign) for w in hidden)
         elif encoder == "attention":
-            self.encoders = nn.ModuleList(TemporalAttention(cin, w, periodic, history) for w in hidden)
+            self.encoders = nn.ModuleList(TemporalAttention(cin, w, periodic, history, pole_sign=pole_sign)
+                                          for w in hidden)
         else:
             raise ValueError(f"encoder must be 'convgru' or 'attention', got {encoder!r}")
         self.target_forcing = nn.ModuleList(nn.Conv2d(forcing_channels, w, 1) for w in hidden)
@@ -136,12 +153,13 @@ class STORMNet(nn.Module):
         """x (B, T, C, H, W), static (B, S_c, H, W), forcing (B, T+1, F, H, W) -> increments [inc^(0), ..., inc^(S-1)]
         with inc^(s) of shape (B, C, H / 2^s, W / 2^s)."""
         T = x.shape[1]
-        bands = decompose(x, self.S, self.periodic, self.decomposition)
+        ws = area_weights(self.area, self.S)
+        bands = decompose(x, self.S, self.periodic, self.decomposition, self.area, self.pole_sign)
         h = []
         st, fo = static, forcing
         for s in range(self.S):
             if s:
-                st, fo = down(st), down(fo)
+                st, fo = down(st, ws[s - 1]), down(fo, ws[s - 1])
             inp = torch.cat([bands[s], st[:, None].expand(-1, T, -1, -1, -1), fo[:, :T]], 2)
             h.append(self.encoders[s](inp) + self.target_forcing[s](fo[:, T]))
         for k, blocks in enumerate(self.blocks):
@@ -151,5 +169,5 @@ class STORMNet(nn.Module):
         r = [head(hs) for head, hs in zip(self.heads, h, strict=True)]
         inc = [r[-1]]
         for s in reversed(range(self.S - 1)):  # Laplacian synthesis, coarse to fine
-            inc.insert(0, up(inc[0], self.periodic) + r[s])
+            inc.insert(0, up(inc[0], self.periodic, self.pole_sign) + r[s])
         return inc

@@ -11,9 +11,10 @@ from lit_iclr.core.module import BaseModule
 
 from .metrics import WB2Scores, lat_weights, spatial_mse
 from .model import STORMNet
-from .pyramid import down
+from .pyramid import area_weights, down
 
 FORCINGS = 4  # cos/sin of the year fraction, cos/sin of the local solar time
+WIND = ("u_component_of_wind", "v_component_of_wind")  # vector components: their sign flips across the pole
 
 
 class STORM(BaseModule):
@@ -74,8 +75,15 @@ class STORM(BaseModule):
         self.register_buffer("norm_std", torch.ones(num_channels))
         self.register_buffer("diff_scale", torch.ones(num_channels))
         self.scale_weights = list(scale_weights or [1.0] * num_scales)
+        # cell areas (cos latitude) per row of the model grid (padded rows repeat the last one, as _grid pads them)
+        area = torch.cos(torch.deg2rad(lat))
+        area = torch.cat([area, area[-1:].expand(self.pad[0])])
+        self.register_buffer("area", area.float(), persistent=False)
+        is_wind = [any(v in n for v in WIND) for n in self.channel_names]
+        pole_sign = torch.tensor([-1.0 if f else 1.0 for f in is_wind]) \
+            if periodic and any(is_wind) and len(is_wind) == num_channels else None  # None: no vector field, no flip
         self.net = STORMNet(num_channels, num_static, FORCINGS, history, num_scales, hidden, num_blocks, cross_scale,
-                            decomposition, encoder, periodic)
+                            decomposition, encoder, periodic, area, pole_sign)
 
     # ---------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
@@ -119,10 +127,10 @@ class STORM(BaseModule):
         hours = init_hours[:, None] + self.hparams.step_hours * torch.arange(-T + 1, 2, device=window.device)
         inc = self.net(window, static, self.forcings(hours))
         scale = self.diff_scale[:, None, None]
-        base, out = window[:, -1], []
+        base, out, ws = window[:, -1], [], area_weights(self.area, self.S)
         for s in range(self.S):
             if s:
-                base = down(base)
+                base = down(base, ws[s - 1])
             out.append(base + inc[s] * scale)
         return out
 
@@ -147,13 +155,13 @@ class STORM(BaseModule):
     # ---------------------------------------------------------------- loss
     def multires_loss(self, preds: list[torch.Tensor], y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """sum_s w_s LatMSE(y_hat^(s), Down^s y) and lambda_c's term sum_s LatMSE(Down y_hat^(s), y_hat^(s+1))."""
-        fit, cons, target, w = 0.0, 0.0, y, self.w
+        fit, cons, target, w, ws = 0.0, 0.0, y, self.w, area_weights(self.area, self.S)
         for s, p in enumerate(preds):
             if s:
-                target, w = down(target), down(w)
+                target, w = down(target, ws[s - 1]), down(w)
             fit = fit + self.scale_weights[s] * spatial_mse(p, target, w).mean()
             if s + 1 < len(preds):
-                cons = cons + spatial_mse(down(p), preds[s + 1], down(w)).mean()
+                cons = cons + spatial_mse(down(p, ws[s]), preds[s + 1], down(w)).mean()
         return fit, torch.as_tensor(cons, device=y.device)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -176,8 +184,18 @@ class STORM(BaseModule):
 
     on_test_epoch_start = on_validation_epoch_start
 
+    def coarse_rmse(self, preds: list[torch.Tensor], y: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per coarse resolution k >= 1: (RMSE of head k, RMSE of Down^k of the finest head) against Down^k(y),
+        latitude-weighted, normalised units, averaged over channels (model grid: padded rows carry zero weight)."""
+        ws = area_weights(self.area, self.S)
+        target, fine, w, out = y, preds[0], self.w, []
+        for k in range(1, self.S):
+            target, fine, w = down(target, ws[k - 1]), down(fine, ws[k - 1]), down(w)
+            out.append((spatial_mse(preds[k], target, w).mean().sqrt(), spatial_mse(fine, target, w).mean().sqrt()))
+        return out
+
     def _evaluate(self, batch: dict, batch_idx: int, prefix: str) -> None:
-        y = batch["y"]
+        y = y_all = batch["y"]
         H, W = y.shape[-2:]
         leads = batch["lead_steps"][0].tolist()
         preds = self.rollout(self._grid(batch["x"]), self._grid(batch["static"]), batch["init_time"], max(leads))
@@ -197,11 +215,16 @@ class STORM(BaseModule):
         # consistency of the heads at the longest lead: ||Down(y_hat^(s)) - y_hat^(s+1)|| (normalised units)
         if self.S > 1:
             p, wl, errs = preds[max(leads) - 1], self.w, []
+            ws = area_weights(self.area, self.S)
             for s in range(self.S - 1):
                 wl = down(wl)
-                errs.append(spatial_mse(down(p[s]), p[s + 1], wl).mean().sqrt())
+                errs.append(spatial_mse(down(p[s], ws[s]), p[s + 1], wl).mean().sqrt())
             cons = torch.stack(errs).mean()
             self.log(f"{prefix}/consistency_rmse", cons, sync_dist=True, batch_size=y.shape[0])
+            for k, (head, down_fine) in enumerate(self.coarse_rmse(p, self._grid(y_all[:, leads.index(max(leads))])), 1):
+                # head s=k against Down^k(finest forecast), the baseline a coarse head has to beat to add anything
+                self.log(f"{prefix}/rmse_head_s{k}", head, sync_dist=True, batch_size=y.shape[0])
+                self.log(f"{prefix}/rmse_down_fine_s{k}", down_fine, sync_dist=True, batch_size=y.shape[0])
         self.log(f"{prefix}/loss", spatial_mse(pred[:, 0], y[:, 0], w).mean(), sync_dist=True, prog_bar=True,
                  batch_size=y.shape[0])
         if batch_idx == 0 and prefix == "val" and not self.trainer.sanity_checking:

@@ -108,8 +108,36 @@ def test_global_selection_count_and_non_uniform_layers():
             ssm.C.mul_(torch.linspace(0.05, 3, ssm.n_states)[None, :, None] ** (i + 1))
     for ratio in (0.0, 0.3, 0.65, 0.9):
         p = aire.plan(model, ratio)
-        assert sum(p.kept_counts) == int((1 - ratio) * 24 + 1e-9)
+        assert sum(p.kept_counts) == max(int((1 - ratio) * 24 + 1e-9), 3)  # at least one state per layer
     assert all(k >= 1 for k in aire.plan(model, 0.8).kept_counts)  # each layer's top state scores 1
+
+
+@pytest.mark.parametrize("kind,mode", [("s5", "fft"), ("s5", "scan"), ("s4d", "fft")])
+def test_high_ratio_keeps_one_state_per_layer_and_runs(kind, mode):
+    # S5 3 layers x 4 states: at ratio 0.9 the budget is floor(1.2) = 1 state, and LAMP scores every layer's top state 1
+    # (a tie the earlier layer wins), so without the floor the later layers keep nothing and the FFT path fails.
+    torch.manual_seed(3)
+    model = SSMClassifier(kind, d_model=8, n_layers=3, state_size=8 if kind == "s5" else 4, mode=mode, dropout=0.0,
+                          ssm_init="hippo" if kind == "s5" else "s4d_lin").eval()
+    total = sum(model.state_counts())
+    for ratio in (0.9, 0.99):
+        p = aire.plan(model, ratio)
+        assert sum(p.kept_counts) == max(int((1 - ratio) * total + 1e-9), 3) and min(p.kept_counts) >= 1
+        for s, keep in zip(p.normalized, p.keep, strict=True):  # each layer keeps its strongest state
+            assert int(torch.argmax(s)) in keep.tolist()
+        x = torch.randn(2, 12, 1)
+        sliced = aire.slice_model(model, p)
+        out = sliced(x)
+        assert torch.isfinite(out).all()
+        masked = SSMClassifier(**model.config).eval()
+        masked.load_state_dict(model.state_dict())
+        aire.apply_mask(masked, p)
+        torch.testing.assert_close(out, masked(x), atol=1e-5, rtol=1e-5)
+    # ties at the top: three identical geometric layers and a budget of 2 still leave every layer one state
+    geometric = 10.0 ** -torch.arange(6, dtype=torch.float64)
+    assert aire.plan_from_scores([geometric] * 3, 0.9).kept_counts == [1, 1, 1]
+    # when the budget allows, the floor changes nothing: the extra states go to the global top
+    assert aire.plan_from_scores([torch.ones(8, dtype=torch.float64), geometric], 0.5).kept_counts == [6, 1]
 
 
 def test_layer_adaptive_fractions():

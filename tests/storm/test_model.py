@@ -33,10 +33,55 @@ def test_heads_at_every_resolution_and_consistency_term_matches_definition():
     assert [o.shape[-2:] for o in out] == [(16, 32), (8, 16), (4, 8)]
     fit, cons = m.multires_loss(out, b["y"][:, 0])
     w = m.w
-    want_cons = sum((((down(out[s]) - out[s + 1]) ** 2 * down(w if s == 0 else down(w))).sum((-2, -1))
+    lat = torch.tensor([-84.375 + 11.25 * i for i in range(16)], dtype=torch.float64)
+    a = [torch.cos(torch.deg2rad(lat)), torch.cos(torch.deg2rad(lat)).reshape(8, 2).mean(1)]
+    want_cons = sum((((area_down(out[s], a[s]) - out[s + 1]) ** 2 * down(w if s == 0 else down(w))).sum((-2, -1))
                      / down(w if s == 0 else down(w)).sum()).mean() for s in range(2))
     torch.testing.assert_close(cons, want_cons)
     assert fit > 0 and cons > 0
+
+
+def area_down(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """2x2 cells weighted by cos(latitude) a (H,), written out with reshapes (independent of pyramid.down)."""
+    *lead, H, W = x.shape
+    cells = x.double().reshape(*lead, H // 2, 2, W // 2, 2)
+    wts = a.reshape(H // 2, 2, 1, 1).expand(H // 2, 2, W // 2, 2)
+    return ((cells * wts).sum((-3, -1)) / wts.sum((-3, -1))).to(x.dtype)
+
+
+def test_coarse_heads_are_reported_next_to_the_downsampled_finest_forecast():
+    m = module()
+    b = batch()
+    with torch.no_grad():
+        out = m.step(b["x"], b["static"], b["init_time"])
+        got = m.coarse_rmse(out, b["y"][:, 0])
+    lat = torch.tensor([-84.375 + 11.25 * i for i in range(16)], dtype=torch.float64)
+    a0 = torch.cos(torch.deg2rad(lat))
+    a1 = a0.reshape(8, 2).mean(1)
+    y1, y2 = area_down(b["y"][:, 0], a0), area_down(area_down(b["y"][:, 0], a0), a1)
+    f1, f2 = area_down(out[0], a0), area_down(area_down(out[0], a0), a1)
+    wl = [a1[:, None].expand(8, 16), a1.reshape(4, 2).mean(1)[:, None].expand(4, 8)]  # cos-latitude loss weights
+
+    def rmse(p, t, w):
+        return ((((p.double() - t.double()) ** 2) * w).sum((-2, -1)) / w.sum()).mean().sqrt()
+
+    want = [(rmse(out[1], y1, wl[0]), rmse(f1, y1, wl[0])), (rmse(out[2], y2, wl[1]), rmse(f2, y2, wl[1]))]
+    for (gh, gd), (wh, wd) in zip(got, want, strict=True):
+        torch.testing.assert_close(gh.double(), wh, rtol=1e-4, atol=0)
+        torch.testing.assert_close(gd.double(), wd, rtol=1e-4, atol=0)
+    # a head that only copies Down(fine) scores exactly the baseline
+    copied = [out[0], area_down(out[0], a0), area_down(area_down(out[0], a0), a1)]
+    for head, down_fine in m.coarse_rmse(copied, b["y"][:, 0]):
+        torch.testing.assert_close(head, down_fine)
+
+
+def test_wind_channels_flip_sign_across_the_pole_in_the_network():
+    m = module(num_channels=4, channel_names=["geopotential_500", "u_component_of_wind_500",
+                                              "v_component_of_wind_500", "10m_u_component_of_wind"])
+    assert m.net.pole_sign.tolist() == [1.0, -1.0, -1.0, -1.0]
+    assert m.net.encoders[0].gates.pole_sign[:4].tolist() == [1.0, -1.0, -1.0, -1.0]
+    assert (m.net.encoders[0].gates.pole_sign[4:] == 1).all()
+    assert module(num_channels=2, periodic=False).net.pole_sign is None  # a regional box has no pole
 
 
 def test_rollout_feeds_its_own_forecast_back():
