@@ -126,28 +126,35 @@ def bible_documents(data: str | Path = BIBLE_DATA) -> list[Document]:
     return docs
 
 
+def iter_jsonl(path: str | Path):
+    """(line number, object) for every non-blank line of a JSON-lines file; a line that is not JSON is a one-line
+    error naming the file and the line."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield i, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetFormatError(path, f"line {i} is not JSON ({e.msg})", "write one JSON object per line") from e
+
+
 def read_jsonl_documents(path: str | Path) -> list[Document]:
     """One JSON object per line with `title`, `text` and optional `topic`; errors name the file and line."""
     path = Path(path)
     if not path.exists():
         raise DatasetNotFoundError(path, "document file not found", "write {split}.jsonl files or set root to null")
     docs = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetFormatError(path, f"line {i} is not JSON ({e.msg})", "write one JSON object per line") from e
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise DatasetFormatError(path, f"line {i} has no string field 'text'",
-                                         'each line must be {"title": ..., "text": ..., "topic": ... or null}')
-            topic = obj.get("topic")
-            if topic is not None and not isinstance(topic, str):
-                raise DatasetFormatError(path, f"line {i}: 'topic' must be a string or null", "fix that line")
-            docs.append(Document(title=str(obj.get("title", "")), text=obj["text"], topic=topic,
-                                 source=str(obj.get("source", path.stem))))
+    for i, obj in iter_jsonl(path):
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            raise DatasetFormatError(path, f"line {i} has no string field 'text'",
+                                     'each line must be {"title": ..., "text": ..., "topic": ... or null}')
+        topic = obj.get("topic")
+        if topic is not None and not isinstance(topic, str):
+            raise DatasetFormatError(path, f"line {i}: 'topic' must be a string or null", "fix that line")
+        docs.append(Document(title=str(obj.get("title", "")), text=obj["text"], topic=topic,
+                             source=str(obj.get("source", path.stem))))
     if not docs:
         raise DatasetFormatError(path, "no documents", "the file is empty; add documents or remove it")
     return docs

@@ -75,6 +75,18 @@ def _per_step_vector(path: Path, v: np.ndarray, key: str) -> np.ndarray:
     return v.astype(np.float32).reshape(-1)
 
 
+def single_hdf5(path: str | Path) -> Path:
+    """`path` itself, or the one `.hdf5`/`.h5` file in the folder `path` (a D4RL dataset given by its folder)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.hdf5")) + sorted(p.glob("*.h5"))
+        if len(files) != 1:
+            raise DatasetNotFoundError(p, f"expected one .hdf5 file in the folder, found {len(files)}",
+                                       "set `root` to the .hdf5 file itself")
+        return files[0]
+    return p
+
+
 def check_reference_scores(path: str | Path, ref_min_score: float | None, ref_max_score: float | None) -> None:
     """Refuse references that make the normalised score undefined (min = max) or non-finite."""
     if ref_min_score is None or ref_max_score is None:

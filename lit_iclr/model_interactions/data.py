@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_iclr.core.corpus import Document, read_jsonl_documents, split_of, wikipedia_documents
+from lit_iclr.core.corpus import Document, iter_jsonl, read_jsonl_documents, split_of, wikipedia_documents
 from lit_iclr.core.data import BaseDataModule, ensure_generated
 from lit_iclr.core.errors import ConfigError, DatasetFormatError
 from lit_iclr.core.loader import ResumableDataLoader
@@ -35,19 +35,12 @@ def read_pool(path: str | Path) -> list[dict]:
     """Read one generation's synthetic corpus; errors name the file and line."""
     path = Path(path)
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetFormatError(path, f"line {i} is not JSON ({e.msg})", "write one JSON object per line") from e
-            missing = [k for k in POOL_FIELDS if not isinstance(obj, dict) or k not in obj]
-            if missing or not isinstance(obj["text"], str):
-                raise DatasetFormatError(path, f"line {i} lacks {missing or ['text (string)']}",
-                                         'each line must be {"text", "task", "source_model", "generation"}')
-            rows.append(obj)
+    for i, obj in iter_jsonl(path):
+        missing = [k for k in POOL_FIELDS if not isinstance(obj, dict) or k not in obj]
+        if missing or not isinstance(obj["text"], str):
+            raise DatasetFormatError(path, f"line {i} lacks {missing or ['text (string)']}",
+                                     'each line must be {"text", "task", "source_model", "generation"}')
+        rows.append(obj)
     if not rows:
         raise DatasetFormatError(path, "no samples", "delete the file so the generation is sampled again")
     return rows

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_iclr.core import BaseDataModule, DatasetFormatError, DatasetNotFoundError
-from lit_iclr.core.offline_rl import read_d4rl_hdf5
+from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core.offline_rl import read_d4rl_hdf5, single_hdf5
 
 from .envs import make_task
 
@@ -97,14 +97,7 @@ class SafeOfflineData(BaseDataModule):
 
     @property
     def data_file(self) -> Path:
-        p = self.path
-        if p.is_dir():
-            files = sorted(p.glob("*.hdf5")) + sorted(p.glob("*.h5"))
-            if len(files) != 1:
-                raise DatasetNotFoundError(p, f"expected one .hdf5 file in the folder, found {len(files)}",
-                                           "set `root` to the .hdf5 file itself")
-            return files[0]
-        return p
+        return single_hdf5(self.path)
 
     def generate_default(self, out_dir: Path) -> None:
         from .generate import generate_safe_d4rl

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_iclr.core import BaseDataModule, DatasetFormatError, DatasetNotFoundError
-from lit_iclr.core.offline_rl import KEYS, check_reference_scores, read_d4rl_hdf5, read_ogbench_npz
+from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core.offline_rl import KEYS, check_reference_scores, read_d4rl_hdf5, read_ogbench_npz, single_hdf5
 
 from .envs import make_env
 
@@ -306,14 +306,7 @@ class D4RLData(OfflineRLData):
 
     @property
     def data_file(self) -> Path:
-        p = self.path
-        if p.is_dir():
-            files = sorted(p.glob("*.hdf5")) + sorted(p.glob("*.h5"))
-            if len(files) != 1:
-                raise DatasetNotFoundError(p, f"expected one .hdf5 file in the folder, found {len(files)}",
-                                           "set `root` to the .hdf5 file itself")
-            return files[0]
-        return p
+        return single_hdf5(self.path)
 
     def generate_default(self, out_dir: Path) -> None:
         from .generate import generate_d4rl_mujoco
