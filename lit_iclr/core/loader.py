@@ -64,6 +64,19 @@ class EpochShuffleSampler(DistributedSampler):
         return math.ceil(self.n / self._world()[0])
 
 
+class IndexDataset(Dataset):
+    """0..n-1 as tensors: the data stream of methods whose batch is an index (an evaluation episode, an iteration)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor(i)
+
+
 class ResumableDataLoader(DataLoader):
     """`DataLoader(dataset, batch_size, shuffle)` with an exactly restorable position (see module docstring).
 

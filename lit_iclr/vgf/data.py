@@ -24,9 +24,10 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core.loader import IndexDataset
 from lit_iclr.core.offline_rl import KEYS, check_reference_scores, read_d4rl_hdf5, read_ogbench_npz, single_hdf5
 
 from .envs import make_env
@@ -77,19 +78,6 @@ class TransitionLoader:
 
     def load_state_dict(self, state: dict) -> None:
         pass
-
-
-class _Episodes(Dataset):
-    """Evaluation episode indices: the validation loop rolls out one episode per index."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.tensor(i)
 
 
 # ------------------------------------------------------------------------------------------------------ datamodules
@@ -169,7 +157,7 @@ class OfflineRLData(BaseDataModule):
         return TransitionLoader(self.transitions, self.batch_size, self.steps_per_epoch, self.seed, rank, position)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(_Episodes(self.eval_episodes), batch_size=self.eval_episodes)
+        return DataLoader(IndexDataset(self.eval_episodes), batch_size=self.eval_episodes)
 
     def describe(self) -> str:
         n = 0 if self.transitions is None else len(self.transitions["rewards"])

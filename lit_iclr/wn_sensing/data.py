@@ -9,26 +9,14 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from lit_iclr.core.data import BaseDataModule
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import IndexDataset, ResumableDataLoader
 
 from .problem import TARGETS, Problem, degrees_of_freedom, generate, read_problem
 from .sensing import OPERATORS
-
-
-class _Steps(Dataset):
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.tensor(i)
 
 
 class SensingData(BaseDataModule):
@@ -93,13 +81,13 @@ class SensingData(BaseDataModule):
                 "raise measurements_per_dof above 1 (recovery typically needs 3 or more)", stacklevel=2)
 
     def train_dataloader(self) -> ResumableDataLoader:
-        return ResumableDataLoader(_Steps(self.steps_per_epoch), batch_size=1, shuffle=False)
+        return ResumableDataLoader(IndexDataset(self.steps_per_epoch), batch_size=1, shuffle=False)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(_Steps(1), batch_size=1)
+        return DataLoader(IndexDataset(1), batch_size=1)
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(_Steps(1), batch_size=1)
+        return DataLoader(IndexDataset(1), batch_size=1)
 
     def describe(self) -> str:
         return (f"SensingData: {self.path} ({self.operator} operator, {self.target} rank-{self.true_rank} target, "
