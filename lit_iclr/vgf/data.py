@@ -1,19 +1,7 @@
 """Offline RL data for VGF: the DataModules around the OGBench `.npz` and D4RL `.hdf5` readers of `core.offline_rl`.
 
-The readers return the same transition dict of float32 arrays (and the DataModules batches of the same keys):
-
-    observations [T, obs_dim], actions [T, action_dim], rewards [T], next_observations [T, obs_dim], masks [T]
-
-`masks` is 1 - (true MDP termination): the TD target bootstraps through it. Time-limit ends are not terminations.
-
-OGBench conventions (`ogbench.utils.load_dataset`, non-compact): a file stores trajectories back to back with
-`terminals` = 1 on the *last row* of each trajectory; the last row has no successor and is dropped, every other row
-is paired with the next row. Single-task rewards/masks are relabelled from `qpos` (and `button_states`) with the task's
-success test (`ogbench.relabel_utils.relabel_dataset`): reward = #satisfied subgoals - #subgoals, mask = 1 - success.
-
-D4RL conventions: `terminals` are true terminations (mask 0), `timeouts` are time-limit ends; when the file has no
-`next_observations` they are derived by shifting within an episode, and the last step of a timed-out episode, which
-has no successor, is dropped.
+The readers return the transition dict documented there (observations, actions, rewards, next_observations, masks;
+`masks` = 1 - true termination, time-limit ends are not terminations), and the DataModules batch the same keys.
 """
 from __future__ import annotations
 
