@@ -19,9 +19,11 @@ def _routing(T, E, k, seed=1):
     return idx, torch.rand(T, k, generator=g)
 
 
+@pytest.mark.parametrize("sync_free", [False, True], ids=["host-bounds", "device-offsets"])
 @pytest.mark.parametrize("widths", [[16] * 4, [8, 24, 3, 0, 16, 40], [5, 9, 13, 17, 21, 25, 29, 33]])
-def test_grouped_forward_equals_loop_values_and_gradients(widths):
+def test_grouped_forward_equals_loop_values_and_gradients(widths, sync_free):
     ex = _experts(widths)
+    ex.sync_free = sync_free  # both forms: host-side row slices (CPU default) and device-side offsets (accelerators)
     idx, w = _routing(37, len(widths), 2)
     x = torch.randn(37, 16, requires_grad=True)
     ref = ex.loop_forward(x, idx, w)

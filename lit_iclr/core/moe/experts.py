@@ -70,6 +70,9 @@ class VariableWidthExperts(nn.ModuleList):
         object.__setattr__(self, "act_fn", fn)  # a plain attribute: not a child of the ModuleList
         # observer(e, token_idx, h, y) is called for each expert call when set (calibration); never saved.
         self.observer: Callable | None = None
+        # None: row boundaries read on the host for CPU tensors, kept on the device (sync-free) otherwise; True/False
+        # force the device-side or host-side form (both are tested on the CPU).
+        self.sync_free: bool | None = None
 
     def widths(self) -> list[int]:
         return [m.gate_proj.out_features for m in self]
@@ -103,32 +106,64 @@ class VariableWidthExperts(nn.ModuleList):
         return torch.stack(gu).transpose(1, 2), torch.stack(dn).transpose(1, 2)
 
     def grouped_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
-        """Sorted-token grouped computation (module docstring); equal to `loop_forward` up to float rounding."""
+        """Sorted-token grouped computation (module docstring); equal to `loop_forward` up to float rounding.
+
+        The (token, slot) rows are sorted once, class-major then by expert, and gathered once. On the CPU each width
+        class then works on its own contiguous rows only (reading the row counts is free there: the tensors already
+        live on the host), so the gather, SwiGLU and scatter shrink with the pruned experts as the matmuls do. On an
+        accelerator the row boundaries stay on the device: each class runs over all rows with device offsets and masks
+        the rows of the other classes (no host synchronisation; the kernel skips the rows beyond its offsets).
+        """
+        classes = width_classes(self.widths(), self.align, self.max_groups)
+        if not classes:
+            return torch.zeros_like(hidden_states)
         T, d = hidden_states.shape
         k = top_k_index.shape[-1]
+        dev = top_k_index.device
         flat_e = top_k_index.reshape(-1)
-        token = torch.arange(T, device=flat_e.device).repeat_interleave(k)
-        weight = top_k_weights.reshape(-1)
-        counts = torch.bincount(flat_e, minlength=self.num_experts)  # stays on the device: no .tolist()
+        token = torch.arange(T, device=dev).repeat_interleave(k)
+        counts = torch.bincount(flat_e, minlength=self.num_experts)  # stays on the device: no .tolist() here
+        class_major = [e for _, experts in classes for e in experts]
+        rank = torch.full((self.num_experts,), len(class_major), device=dev, dtype=torch.long)
+        rank[torch.tensor(class_major, device=dev)] = torch.arange(len(class_major), device=dev)
+        order = torch.argsort(rank[flat_e], stable=True)       # class-major, then expert; empty experts last
+        token, weight = token[order], top_k_weights.reshape(-1)[order, None]
+        x = hidden_states[token]                                # the one gather
+        ends = counts[torch.tensor(class_major, device=dev)].cumsum(0)
+        host = dev.type == "cpu" if self.sync_free is None else not self.sync_free
+        bounds = [0, *ends.tolist()] if host else None          # row boundaries per expert (free on the host)
+        ys, start = [], 0
         out = torch.zeros_like(hidden_states)
-        for width, experts in width_classes(self.widths(), self.align, self.max_groups):
-            ids = torch.tensor(experts, device=flat_e.device)
-            rank = torch.full((self.num_experts,), len(experts), device=flat_e.device, dtype=torch.long)
-            rank[ids] = torch.arange(len(experts), device=flat_e.device)
-            # rows of this class first, ordered by expert; rows of other classes last (beyond the offsets: skipped)
-            order = torch.argsort(rank[flat_e], stable=True)
-            offs = counts[ids].cumsum(0).to(torch.int32)
-            valid = (torch.arange(len(order), device=flat_e.device) < offs[-1])[:, None]
-            # `where` (not a product): the kernel leaves rows past offs[-1] unwritten, in the outputs and in the input
-            # gradient alike; selecting drops whatever they hold (possibly inf/NaN) both ways
-            x = torch.where(valid, hidden_states[token[order]], 0.0)
+        for width, experts in classes:
+            n = len(experts)
             gu_w, dn_w = self._class_weights(experts, width)
-            gu = F.grouped_mm(x, gu_w.to(x.dtype), offs=offs)                 # [N, 2W] (rows past offs[-1]: garbage)
-            h = self.act_fn(gu[:, :width]) * gu[:, width:]                     # SwiGLU h_k = act(g_k x) (u_k x)
-            y = F.grouped_mm(h.contiguous(), dn_w.to(x.dtype), offs=offs)     # [N, d]
-            y = torch.where(valid, y * weight[order, None].to(y.dtype), 0.0)
-            out.index_add_(0, token[order], y.to(out.dtype))
-        return out
+            if host:
+                lo, hi = bounds[start], bounds[start + n]
+                offs = (ends[start:start + n] - lo).to(torch.int32)
+                y = self._swiglu_grouped(x[lo:hi], gu_w, dn_w, offs, width)
+                ys.append(y * weight[lo:hi].to(y.dtype))
+            else:
+                # this class's rows first: the rows of earlier classes are rotated to the end, beyond the offsets
+                first = ends[start - 1] if start else torch.zeros((), dtype=ends.dtype, device=dev)
+                idx = (torch.arange(len(order), device=dev) + first) % len(order)
+                offs = (ends[start:start + n] - first).to(torch.int32)
+                valid = (torch.arange(len(order), device=dev) < offs[-1])[:, None]
+                # `where` (not a product): the kernel leaves rows past offs[-1] unwritten, in the outputs and in the
+                # input gradient alike; selecting drops whatever they hold (possibly inf/NaN) both ways
+                y = self._swiglu_grouped(torch.where(valid, x[idx], 0.0), gu_w, dn_w, offs, width)
+                y = torch.where(valid, y * weight[idx].to(y.dtype), 0.0)
+                out = out.index_add(0, token[idx], y.to(out.dtype))
+            start += n
+        if not host:
+            return out
+        y = torch.cat(ys)
+        return out.index_add(0, token[:len(y)], y.to(out.dtype))  # one scatter; rows of empty experts are not in y
+
+    def _swiglu_grouped(self, x: torch.Tensor, gu_w: torch.Tensor, dn_w: torch.Tensor, offs: torch.Tensor, width: int):
+        """SwiGLU of ragged expert groups: [gate | up] by one grouped_mm, h = act(g x) * (u x), then down by another."""
+        gu = F.grouped_mm(x, gu_w.to(x.dtype), offs=offs)                  # [N, 2W]
+        h = self.act_fn(gu[:, :width]) * gu[:, width:]                      # h_k = act(g_k x) (u_k x)
+        return F.grouped_mm(h.contiguous(), dn_w.to(x.dtype), offs=offs)    # [N, d]
 
     def loop_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
         """Reference: one matmul per expert hit (host sync per layer); feeds the observer."""
