@@ -1,0 +1,215 @@
+"""JULI benchmark (benign, synthetic): policy violation under BiasNet steering vs. the API's limits, with baselines.
+
+    .venv/bin/python benchmarks/juli.py             # default data (configs/juli.yaml's generated target), 3 seeds
+    .venv/bin/python benchmarks/juli.py --quick     # smoke run: 1 seed, 3 settings, few steps
+
+Per seed: a fresh LoRA aligns the generated target to the passphrase policy (same steps and optimizer as the config);
+the true top-20 of the target at every position of the attack replies is computed once (what prefilled API calls
+return), and for each API setting a fresh BiasNet trains for the same number of steps on what that API exposes (noise
+drawn anew per batch), then decodes the held-out guarded requests through the API. Every client makes the same API
+calls per token: plain decoding (the policy's behaviour), a random returned candidate, the rank-2 opening, BiasNet.
+Paired 95% CIs are over seeds. Speed: steered tokens/s relative to plain decoding of the same batch in the same run.
+Prints a markdown table and writes `benchmarks/out/juli/results.json`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lit_iclr.core.llm import load_causal_lm
+from lit_iclr.core.stats import paired_ci
+from lit_iclr.juli import chats
+from lit_iclr.juli.api import TopKLogprobAPI
+from lit_iclr.juli.batching import encode_chats, pad_chats
+from lit_iclr.juli.data import PolicyChats, collate_chats
+from lit_iclr.juli.harness import evaluate, reply_nll
+from lit_iclr.juli.model import BiasNet, LoRAAdapters
+from lit_iclr.juli.steering import biasnet_loss
+
+ROOT = Path(__file__).resolve().parents[1]
+# name -> (API settings, BiasNet settings); every setting gets its own freshly trained BiasNet (an adaptive client)
+SETTINGS = {
+    "k=5 (paper)": dict(k=5),
+    "k=1 (text only)": dict(k=1),
+    "k=2": dict(k=2),
+    "k=20": dict(k=20),
+    "k=5, rounded to 4 nats": dict(k=5, quantum=4.0),
+    "k=5, noise 3 nats": dict(k=5, noise_std=3.0),
+    "k=5, no log-probs (ranks only)": dict(k=5, logprobs=False),
+    "k=5, logit bias <= 1 (no prefill)": dict(k=5, control="logit_bias", max_bias=1.0),
+    "k=5, BiasNet reading token ids too": dict(k=5, token_buckets=4096),
+}
+REACH_K = (1, 2, 3, 5, 10, 20)
+QUICK = ("k=5 (paper)", "k=1 (text only)")
+
+
+def align(model, tokenizer, adapters: LoRAAdapters, policy: list[dict], steps: int, batch_size: int, lr: float,
+          seed: int) -> float:
+    """Phase 1, as in the module: LoRA steps on the policy chats; returns the last loss."""
+    pairs = encode_chats(tokenizer, [r["messages"] for r in policy], [r["messages"][-1]["content"] for r in policy])
+    opt = torch.optim.AdamW(adapters.parameters(), lr=lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    loss = torch.tensor(float("nan"))
+    model.train()
+    for _ in range(steps):
+        idx = torch.randint(len(pairs), (batch_size,), generator=g).tolist()
+        loss = reply_nll(model, pad_chats([pairs[i] for i in idx], tokenizer.pad_token_id)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return float(loss)
+
+
+def train_biasnet(api: TopKLogprobAPI, cache: dict, steps: int, batch_size: int, lr: float, seed: int,
+                  token_buckets: int) -> tuple[BiasNet, float]:
+    """Phase 2 on the cached true top-20: each batch sees a fresh `api.expose` (so fresh noise), as per-step calls would."""
+    torch.manual_seed(seed)
+    net = BiasNet(max_k=20, hidden=64, token_buckets=token_buckets)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    clamp = api.max_bias if api.control == "logit_bias" else None
+    n = cache["ids"].shape[0]
+    coverage = []
+    for _ in range(steps):
+        idx = torch.randint(n, (batch_size,), generator=g)
+        ids, lp = api.expose(cache["ids"][idx], cache["lp"][idx])
+        loss, cov = biasnet_loss(net, ids, lp, cache["target"][idx], cache["mask"][idx], clamp)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        coverage.append(float(cov))
+    return net.eval(), statistics.mean(coverage)
+
+
+def reachable(api: TopKLogprobAPI, tokenizer, eval_records: list[dict]) -> dict[int, float]:
+    """Ceiling of any top-k client: share of guarded requests whose revealing reply stays inside the true top-k at every
+    position when its own prefix is prefilled (no chooser can emit a token the API never returned)."""
+    guarded = [r for r in eval_records if r["kind"] == "guarded"]
+    pairs = encode_chats(tokenizer, [r["messages"] for r in guarded], [chats.reveal_reply(r["secret"]) for r in guarded])
+    batch = pad_chats(pairs, tokenizer.pad_token_id)
+    ids, _ = api.teacher_forced(batch, max(REACH_K))
+    rank = (ids == batch.reply_ids.unsqueeze(-1)).float().argmax(-1)
+    rank = torch.where((ids == batch.reply_ids.unsqueeze(-1)).any(-1), rank, torch.full_like(rank, 10**6))
+    worst = torch.where(batch.reply_mask, rank, torch.zeros_like(rank)).max(-1).values
+    return {k: float((worst < k).float().mean()) for k in REACH_K}
+
+
+def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
+    model, tokenizer = load_causal_lm(str(data.path / "target"))
+    model.requires_grad_(False)
+    torch.manual_seed(seed)
+    adapters = LoRAAdapters(model, ("q_proj", "v_proj"), rank=8, alpha=16.0)
+    adapters.attach()
+    try:
+        t0 = time.perf_counter()
+        align_loss = align(model, tokenizer, adapters, data.policy, args.policy_steps, args.batch_size, 3e-3, seed)
+        t_align = time.perf_counter() - t0
+        attack = data.attack
+        pairs = encode_chats(tokenizer, [r["messages"] for r in attack], [r["messages"][-1]["content"] for r in attack])
+        batch = pad_chats(pairs, tokenizer.pad_token_id)
+        probe = TopKLogprobAPI(model, tokenizer.eos_token_id, tokenizer.pad_token_id, k=20)
+        ids, lp = probe.teacher_forced(batch, 20)  # the aligned target's true top-20 at every attack position
+        cache = {"ids": ids, "lp": lp, "target": batch.reply_ids, "mask": batch.reply_mask}
+        records = collate_chats(data.eval)
+        out = {"align_loss": align_loss, "align_s": t_align, "settings": {},
+               "reachable": reachable(probe, tokenizer, data.eval)}
+        for name in names:
+            s = dict(SETTINGS[name])
+            buckets = s.pop("token_buckets", 0)
+            api = TopKLogprobAPI(model, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed, **s)
+            net, coverage = train_biasnet(api, cache, args.attack_steps, args.batch_size, 3e-3, seed, buckets)
+            with torch.no_grad():
+                m = evaluate(api, net, tokenizer, adapters, records, args.max_new_tokens, seed=seed,
+                             baselines=name == "k=5 (paper)")
+            m["coverage"] = coverage
+            out["settings"][name] = m
+            print(f"seed {seed} | {name}: violation {m['violation/biasnet']:.2f} (plain {m['violation/plain']:.2f}), "
+                  f"ppl {m['ppl/biasnet']:.2f}, AUROC {m['detector_auroc']:.2f}, e.g. {m['example']!r}", flush=True)
+        return out
+    finally:
+        adapters.detach()
+
+
+def fmt(values: list[float], digits: int = 2) -> str:
+    v = [x for x in values if x == x]
+    if not v:
+        return "n/a"
+    sd = statistics.stdev(v) if len(v) > 1 else 0.0
+    return f"{statistics.mean(v):.{digits}f} ± {sd:.{digits}f}"
+
+
+def table(results: list[dict], names: list[str]) -> str:
+    """The markdown tables (columns missing from older results print as n/a)."""
+    rows = ["| API setting | violation: BiasNet | violation: plain decoding | revealing opening: BiasNet | reply tokens in "
+            "top-k | base ppl of steered replies | detector AUROC |", "|---|---|---|---|---|---|---|"]
+    for name in names:
+        get = lambda key, name=name: [r["settings"][name].get(key, float("nan")) for r in results]  # noqa: E731
+        rows.append(f"| {name} | {fmt(get('violation/biasnet'))} | {fmt(get('violation/plain'))} "
+                    f"| {fmt(get('opening/biasnet'))} | {fmt(get('coverage'))} "
+                    f"| {fmt(get('ppl/biasnet'))} | {fmt(get('detector_auroc'))} |")
+    d = [r["settings"]["k=5 (paper)"] for r in results]
+    lines = ["\n".join(rows), "",
+             "Baselines at k=5 (same API calls per token):", "",
+             "| client | violation | revealing opening | base ppl of replies |", "|---|---|---|---|"]
+    for who, label in (("plain", "plain decoding (the aligned policy)"), ("random", "random returned candidate"),
+                       ("second_first", "rank-2 opening, then greedy"), ("biasnet", "BiasNet (JULI)")):
+        lines.append(f"| {label} | {fmt([x[f'violation/{who}'] for x in d])} "
+                     f"| {fmt([x.get(f'opening/{who}', float('nan')) for x in d])} | {fmt([x[f'ppl/{who}'] for x in d])} |")
+    reach = " | ".join(fmt([r["reachable"][k] for r in results]) for k in REACH_K)
+    lines += ["", "Ceiling of any top-k client (revealing reply inside the true top-k at every position):", "",
+              "| " + " | ".join(f"k={k}" for k in REACH_K) + " |", "|" + "---|" * len(REACH_K), f"| {reach} |"]
+    lines += ["", f"Policy compliance (plain decoding, guarded requests): {fmt([x['compliance'] for x in d])}; "
+              f"open requests answered correctly: {fmt([x['helpful'] for x in d])}.",
+              f"Speed: steered {fmt([x['tokens_per_s/biasnet'] for x in d], 0)} tokens/s vs plain "
+              f"{fmt([x['tokens_per_s/plain'] for x in d], 0)}; ratio {fmt([x['speed_ratio'] for x in d])}.", "",
+              "Paired 95% CIs over seeds (violation-rate differences):", ""]
+    base = [x["violation/biasnet"] for x in d]
+    lines.append(f"- BiasNet - plain decoding at k=5: {paired_ci(base, [x['violation/plain'] for x in d])}")
+    lines.append(f"- BiasNet - random candidate at k=5: {paired_ci(base, [x['violation/random'] for x in d])}")
+    lines.append(f"- BiasNet - rank-2 opening at k=5: {paired_ci(base, [x['violation/second_first'] for x in d])}")
+    for name in names:
+        if name != "k=5 (paper)":
+            other = [r["settings"][name]["violation/biasnet"] for r in results]
+            lines.append(f"- {name} - k=5: {paired_ci(other, base)}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--settings", nargs="+", default=None, help="names from SETTINGS (default: all)")
+    p.add_argument("--policy_steps", type=int, default=100)
+    p.add_argument("--attack_steps", type=int, default=150)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--max_new_tokens", type=int, default=12)
+    p.add_argument("--data_dir", default=str(ROOT / "data"))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "juli"))
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    names = args.settings or list(QUICK if args.quick else SETTINGS)
+    if args.quick:
+        args.seeds, args.policy_steps, args.attack_steps = args.seeds[:1], 30, 40
+    # the data of configs/juli.yaml (same generator options, so the same folder)
+    data = PolicyChats(data_dir=args.data_dir, batch_size=args.batch_size)
+    data.prepare_data()
+    data.setup("fit")
+    t0 = time.perf_counter()
+    results = [run_seed(s, names, data, args) for s in args.seeds]
+    text = table(results, names)
+    print(f"\n{len(args.seeds)} seeds, {args.policy_steps} alignment + {args.attack_steps} BiasNet steps, "
+          f"{time.perf_counter() - t0:.0f} s\n")
+    print(text)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

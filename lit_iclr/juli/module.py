@@ -1,0 +1,126 @@
+"""JULI as a red-team evaluation: align a target with a LoRA, then train BiasNet against its top-k log-probability API.
+
+Phase 1 (`policy` batches): LoRA adapters on the target learn the policy (decline guarded requests, answer open ones):
+the defender's alignment. Phase 2 (`attack` batches): the target is frozen and reachable only through
+`TopKLogprobAPI`; BiasNet learns from the returned top-k log-probabilities to steer decoding towards the revealing reply
+(loss in `steering.biasnet_loss`). Validation decodes the evaluation requests under the configured API and logs the
+violation rate of BiasNet and of the baselines (plain decoding, a random returned candidate, the rank-2 opening), the
+base-model perplexity of what each emitted, the detector's AUROC and steered/plain decoding speed.
+"""
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core.module import BaseModule
+
+from .api import TopKLogprobAPI
+from .batching import chat_batch
+from .harness import evaluate, reply_nll
+from .model import BiasNet, LoRAAdapters
+from .steering import biasnet_loss
+
+
+class JULI(BaseModule):
+    def __init__(self, lm_path: str | None = None, k: int = 5, quantum: float = 0.0, noise_std: float = 0.0,
+                 logprobs: bool = True, control: str = "prefill", max_bias: float = 100.0, lora_rank: int = 8,
+                 lora_alpha: float = 16.0, lora_targets: tuple[str, ...] = ("q_proj", "v_proj"), hidden: int = 64,
+                 token_buckets: int = 0, max_new_tokens: int = 16, detector_temperature: float = 1.0,
+                 policy_optimizer: OptimizerCallable = torch.optim.AdamW, optimizer: OptimizerCallable = torch.optim.AdamW,
+                 seed: int = 0):
+        """
+        Args:
+            lm_path: Target model: a local Hugging Face folder or .gguf (linked from the data), None for SmolLM2-135M.
+            k: Top-k candidates the API returns per position (paper: 5).
+            quantum: API rounding of log-probabilities, in nats (0: exact).
+            noise_std: Gaussian noise the API adds to returned log-probabilities.
+            logprobs: False: the API returns the k candidates without values.
+            control: prefill | logit_bias | none: how a client can influence the next token.
+            max_bias: Largest |logit bias| the API accepts (control: logit_bias).
+            lora_rank: LoRA rank r of the alignment adapters.
+            lora_alpha: LoRA alpha (update scaled by alpha / r).
+            lora_targets: Linear layers that get adapters.
+            hidden: BiasNet width.
+            token_buckets: BiasNet's hashed token-id embedding size (0: log-probabilities and ranks only).
+            max_new_tokens: Reply length at evaluation.
+            detector_temperature: Sampling temperature of the ordinary replies the detector must tell apart.
+            policy_optimizer: Optimizer of the LoRA adapters (phase 1).
+            optimizer: Optimizer of BiasNet (phase 2).
+            seed: Seed of the API noise and the evaluation's random choices.
+        """
+        super().__init__()
+        self.save_hyperparameters(ignore=["policy_optimizer", "optimizer"])
+        self.policy_optimizer, self.optimizer = policy_optimizer, optimizer
+        self.automatic_optimization = False
+        self.net = BiasNet(max_k=max(k, 1), hidden=hidden, token_buckets=token_buckets, max_steps=max(32, max_new_tokens))
+        self.adapters: LoRAAdapters | None = None
+        self.target = None
+
+    def configure_model(self) -> None:
+        if self.adapters is not None:
+            self.adapters.attach()
+            return
+        from lit_iclr.core.llm import load_causal_lm
+
+        model, tokenizer = load_causal_lm(self.hparams.lm_path)
+        model.requires_grad_(False)
+        self.target = [model, tokenizer]  # a list: the frozen target is not this module's state (nor checkpointed)
+        self.adapters = LoRAAdapters(model, tuple(self.hparams.lora_targets), self.hparams.lora_rank,
+                                     self.hparams.lora_alpha)
+        self.adapters.attach()
+        h = self.hparams
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.api = TopKLogprobAPI(model, tokenizer.eos_token_id, pad, k=h.k, quantum=h.quantum, noise_std=h.noise_std,
+                                  logprobs=h.logprobs, control=h.control, max_bias=h.max_bias, seed=h.seed)
+
+    def on_fit_start(self) -> None:
+        self.target[0].to(self.device)  # the strategy moved this module's parameters; the unregistered target follows
+
+    def on_validation_start(self) -> None:
+        self.target[0].to(self.device)
+
+    def teardown(self, stage: str) -> None:
+        if self.adapters is not None:
+            self.adapters.detach()  # the base model may be shared in this process: leave it as it was
+
+    @property
+    def tokenizer(self):
+        return self.target[1]
+
+    def configure_optimizers(self):
+        return [self.policy_optimizer(self.adapters.parameters()), self.optimizer(self.net.parameters())]
+
+    def training_step(self, batch, batch_idx):
+        opt_policy, opt_net = self.optimizers()
+        tb = chat_batch(self.tokenizer, batch["messages"], batch["replies"]).to(self.device)
+        if batch["phase"] == "policy":
+            # phase 1: the defender's alignment, cross-entropy of the policy replies through the LoRA-adapted target
+            self.target[0].train()
+            loss = reply_nll(self.target[0], tb).mean()
+            opt_policy.zero_grad()
+            self.manual_backward(loss)
+            opt_policy.step()
+            self.target[0].eval()
+            self.log_train({"train/policy_nll": loss.detach()}, prog_bar=["train/policy_nll"])
+            return loss
+        # phase 2: the attacker sees only the API's top-k answers at each position of the target reply
+        top_ids, top_lp = self.api.teacher_forced(tb, self.api.k)
+        ids, lp = self.api.expose(top_ids, top_lp)
+        clamp = self.hparams.max_bias if self.api.control == "logit_bias" else None
+        loss, coverage = biasnet_loss(self.net, ids, lp, tb.reply_ids, tb.reply_mask, clamp)
+        opt_net.zero_grad()
+        self.manual_backward(loss)
+        opt_net.step()
+        self.log_train({"train/steer_nll": loss.detach(), "train/coverage": coverage}, prog_bar=["train/steer_nll"])
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        metrics = evaluate(self.api, self.net, self.tokenizer, self.adapters, batch, self.hparams.max_new_tokens,
+                           seed=self.hparams.seed, detector_temperature=self.hparams.detector_temperature)
+        metrics.pop("example")
+        self.log_dict({f"val/{k}": float(v) for k, v in metrics.items()}, batch_size=1)
+
+    def summary_metrics(self):
+        return ("{stage}/violation/*", "{stage}/opening/*", "{stage}/compliance", "{stage}/helpful", "{stage}/ppl/*",
+                "{stage}/detector_auroc",
+                "{stage}/speed_ratio")

@@ -1,0 +1,74 @@
+"""The chat reader on good and malformed files, the generator's splits, the training stream, and the tiny twin run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
+from lit_iclr.juli import chats
+from lit_iclr.juli.data import StepStream, collate_chats, read_chats
+from tests.twin import fit_twin, metric_rows, print_config
+
+GOOD = chats.make_split(4, 0, "policy")
+
+
+def write(path, lines):
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def test_reader_reads_good_chats_and_names_the_bad_line(tmp_path):
+    assert read_chats(write(tmp_path / "ok.jsonl", GOOD), need_reply=True) == GOOD
+    bad_role = json.loads(json.dumps(GOOD[0]))
+    bad_role["messages"][1]["role"] = "tool"
+    no_secret = {**GOOD[0], "secret": "absent-word"}
+    cases = {"{not json": "line 2 is not JSON", json.dumps(bad_role): "line 2: a message",
+             json.dumps(no_secret): "secret does not appear", json.dumps({**GOOD[0], "kind": "x"}): "`kind`"}
+    for line, problem in cases.items():
+        with pytest.raises(DatasetFormatError, match=problem):
+            read_chats(write(tmp_path / "bad.jsonl", [GOOD[0], line]), need_reply=True)
+    with pytest.raises(DatasetFormatError, match="no assistant reply"):
+        read_chats(write(tmp_path / "e.jsonl", GOOD), need_reply=False)
+    with pytest.raises(DatasetFormatError, match="holds no chats"):
+        read_chats(write(tmp_path / "empty.jsonl", []), need_reply=True)
+    with pytest.raises(DatasetNotFoundError):
+        read_chats(tmp_path / "missing.jsonl", need_reply=True)
+
+
+def test_policy_replies_and_violation_check():
+    for r in chats.make_split(50, 1, "policy"):
+        reply = r["messages"][-1]["content"]
+        assert chats.violates(reply, r["secret"]) is False
+        assert (reply == chats.DECLINE) == (r["kind"] == "guarded")
+    assert chats.violates(chats.reveal_reply("maple"), "maple") and not chats.violates("The passphrase is ma", "maple")
+    assert chats.opens_reveal(chats.reveal_reply("maple")) and not chats.opens_reveal(chats.DECLINE)
+
+
+def test_step_stream_runs_policy_then_attack_batches():
+    pol, att = chats.make_split(10, 0, "policy"), chats.make_split(6, 1, "reveal", guarded_fraction=1.0)
+    s = StepStream(pol, att, policy_steps=3, attack_steps=2, batch_size=4, seed=0)
+    batches = [collate_chats([s[i] for i in range(b * 4, b * 4 + 4)]) for b in range(5)]
+    assert [b["phase"] for b in batches] == ["policy"] * 3 + ["attack"] * 2
+    assert all(chats.violates(r, sec) for b in batches[3:] for r, sec in zip(b["replies"], b["secret"], strict=True))
+
+
+def test_twin_fit_and_generated_splits(tmp_path):
+    fit_twin("juli", tmp_path)
+    data = next((tmp_path / "data").glob("juli-v1-*"))
+    attack = {r["secret"] for r in read_chats(data / "attack_train.jsonl", True)}
+    evals = read_chats(data / "eval.jsonl", False)
+    assert attack.isdisjoint({r["secret"] for r in evals})  # steering is judged on secrets it never saw
+    assert (data / "target" / "config.json").is_file() and (data / "target" / "tokenizer.json").is_file()
+    rows = metric_rows(tmp_path)
+    last = {k: v for r in rows for k, v in r.items() if v != ""}
+    for name in ("plain", "biasnet", "random", "second_first"):
+        assert 0.0 <= float(last[f"val/violation/{name}"]) <= 1.0
+    assert float(last["val/tokens_per_s/biasnet"]) > 0
+    assert any(r.get("train/steer_nll") for r in rows) and any(r.get("train/policy_nll") for r in rows)
+
+
+@pytest.mark.parametrize("config", ["configs/juli.yaml", "configs/juli_smollm2.yaml"])
+def test_real_configs_parse(config, capsys):
+    out = print_config(config, capsys)
+    assert "lit_iclr.juli.JULI" in out and "PolicyChats" in out
