@@ -19,7 +19,8 @@ class StageRoute(BaseModule):
 
     def __init__(self, num_models: int, horizon: int, policy: str = "stageroute", m_max: int = 3, budget: float = 0.35,
                  stage_length: int | None = None, stage_scale: float = 1.0, radius_scale: float = 1.0,
-                 cache_tol: float = 0.01, epsilon: float = 0.1, pacing: bool = True, seed: int = 0):
+                 cache_tol: float = 0.01, epsilon: float = 0.1, pacing: bool = True, lp_solver: str = "exact",
+                 enumerate_up_to: int = 12, seed: int = 0):
         """
         Args:
             num_models: K, models in the workload (linked from the data).
@@ -33,6 +34,9 @@ class StageRoute(BaseModule):
             cache_tol: Re-solve the routing LP only when a deployed model's UCB or LCB moved by more than this.
             epsilon: Exploration rate of `eps_greedy`.
             pacing: Solve the LPs with the remaining budget per remaining query instead of b (all learning policies).
+            lp_solver: Routing LP solver: `exact` (closed form through the dual, vectorised) or `highs` (scipy linprog).
+            enumerate_up_to: Solve the deployment problem by enumerating subsets (a batch of exact LPs) while the pool has
+                at most this many models, by HiGHS's MILP beyond.
             seed: Seed of the routing draws.
         """
         super().__init__()
@@ -40,7 +44,7 @@ class StageRoute(BaseModule):
         self.automatic_optimization = False
         self.cfg = RouterConfig(policy=policy, m_max=m_max, budget=budget, horizon=horizon, stage_length=stage_length,
                                 stage_scale=stage_scale, radius_scale=radius_scale, cache_tol=cache_tol, epsilon=epsilon,
-                                pacing=pacing, seed=seed)
+                                pacing=pacing, lp_solver=lp_solver, enumerate_up_to=enumerate_up_to, seed=seed)
         for name, value in RouterState.new(num_models).arrays().items():
             self.register_buffer(name, torch.from_numpy(value.copy()))
         self.router: Router | None = None

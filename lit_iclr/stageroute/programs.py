@@ -5,6 +5,13 @@ Routing LP over a deployed set D (per query):
 Deployment MILP over the available pool (per stage):
     max_{q, z}  sum_m q_m U_m  s.t. the constraints above, q_m <= alpha_m z_m, sum_m z_m <= M_max, z in {0, 1}
 U is an optimistic quality (UCB), L an optimistic cost (LCB); with the true means they give the oracle.
+
+The routing LP has only two coupling constraints, so besides HiGHS (`solver="highs"`) it is solved exactly in closed form
+(`solver="exact"`, the default): dualise the cost row with nu >= 0; for fixed nu the rest is a fractional knapsack solved
+by filling models in decreasing order of U - nu L. The dual g(nu) = nu b + max_q sum q (U - nu L) is convex piecewise
+linear with breakpoints where two scores U - nu L cross or one crosses 0, so its minimum is at one of those O(K^2) points;
+the primal optimum mixes the two greedy solutions on either side of nu* so that the cost row is tight (complementary
+slackness). Vectorised over many LPs at once, which makes the deployment problem a batch of LPs over every subset.
 """
 from __future__ import annotations
 
@@ -27,11 +34,55 @@ def confidence_bounds(n: np.ndarray, reward_sum: np.ndarray, cost_sum: np.ndarra
     return ucb, lcb
 
 
-def routing_lp(u: np.ndarray, lcb: np.ndarray, alpha: np.ndarray, budget: float) -> tuple[np.ndarray, float]:
+def _greedy(w: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """argmax_q sum q w s.t. sum q <= 1, 0 <= q <= alpha, for every row of w (..., K): fill by decreasing w, positive only."""
+    order = np.argsort(-w, axis=-1, kind="stable")
+    a = np.take_along_axis(alpha, order, -1)
+    before = np.cumsum(a, -1) - a
+    take = np.clip(np.minimum(a, 1.0 - before), 0.0, None) * (np.take_along_axis(w, order, -1) > 0)
+    q = np.zeros_like(w)
+    np.put_along_axis(q, order, take, -1)
+    return q
+
+
+def routing_lp_batch(u: np.ndarray, lcb: np.ndarray, alpha: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (q (S, K), value (S,)) of S routing LPs at once (rows of u, lcb, alpha); pad unused slots with alpha = 0."""
+    u, lcb, alpha = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (u, lcb, alpha))
+    al = np.broadcast_to(alpha, u.shape)
+    if not np.isfinite(budget):  # cost-blind: nu = 0
+        q = _greedy(u, al)
+        return q, (q * u).sum(-1)
+    budget = max(float(budget), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pair = (u[:, :, None] - u[:, None, :]) / (lcb[:, :, None] - lcb[:, None, :])  # U_i - nu L_i = U_j - nu L_j
+        zero = u / lcb                                                                   # U_i - nu L_i = 0
+    nu = np.concatenate([np.zeros((len(u), 1)), pair.reshape(len(u), -1), zero], 1)
+    nu = np.where(np.isfinite(nu) & (nu > 0), nu, 0.0)
+    nu = np.concatenate([nu, 2.0 * nu.max(1, keepdims=True) + 1.0], 1)                 # beyond every breakpoint
+    w = u[:, None, :] - nu[:, :, None] * lcb[:, None, :]                                 # (S, C, K)
+    g = nu * budget + (_greedy(w, np.broadcast_to(al[:, None, :], w.shape)) * w).sum(-1)  # the dual g(nu)
+    best = np.where(g <= g.min(1, keepdims=True) + 1e-12, nu, np.inf).min(1)             # smallest minimiser nu*
+    right = np.where(nu > best[:, None] * (1 + 1e-12) + 1e-15, nu, np.inf).min(1)
+    left = np.where(nu < best[:, None] * (1 - 1e-12) - 1e-15, nu, -np.inf).max(1)
+    at = (lambda v: _greedy(u - v[:, None] * lcb, al))
+    q_plus = at(0.5 * (best + right))                                      # cost at or below b (g's right slope >= 0)
+    q_minus = at(np.where(best > 0, 0.5 * (best + np.maximum(left, 0.0)), best))
+    c_plus, c_minus = (q_plus * lcb).sum(-1), (q_minus * lcb).sum(-1)
+    gap = c_minus - c_plus
+    theta = np.where((best > 0) & (gap > 1e-15), np.clip((budget - c_plus) / np.where(gap > 1e-15, gap, 1.0), 0, 1), 0.0)
+    q = theta[:, None] * q_minus + (1 - theta[:, None]) * q_plus           # the cost row tight when nu* > 0
+    return q, (q * u).sum(-1)
+
+
+def routing_lp(u: np.ndarray, lcb: np.ndarray, alpha: np.ndarray, budget: float,
+               solver: str = "exact") -> tuple[np.ndarray, float]:
     """(q, value) of the routing LP over the given models; `budget=inf` drops the cost row (cost-blind)."""
     k = len(u)
     if k == 0:
         return np.zeros(0), 0.0
+    if solver == "exact":
+        q, v = routing_lp_batch(u, lcb, alpha, budget)
+        return np.clip(q[0], 0.0, alpha), float(v[0])
     rows, rhs = [np.ones(k)], [1.0]
     if np.isfinite(budget):
         rows.append(lcb), rhs.append(budget)
@@ -62,17 +113,14 @@ def deploy_milp(u: np.ndarray, lcb: np.ndarray, alpha: np.ndarray, budget: float
 
 
 def deploy_enumerate(u: np.ndarray, lcb: np.ndarray, alpha: np.ndarray, budget: float, m_max: int) -> tuple[np.ndarray, float]:
-    """The deployment problem by enumerating every subset of size min(M_max, K) and solving its routing LP."""
+    """The deployment problem by enumerating every subset of size min(M_max, K): one batch of exact routing LPs."""
     k = len(u)
-    best, best_set = -1.0, ()
-    for subset in itertools.combinations(range(k), min(m_max, k)):
-        idx = list(subset)
-        _, v = routing_lp(u[idx], lcb[idx], alpha[idx], budget)
-        if v > best + 1e-12:
-            best, best_set = v, subset
+    subsets = np.array(list(itertools.combinations(range(k), min(m_max, k))), dtype=int).reshape(-1, min(m_max, k))
+    _, v = routing_lp_batch(u[subsets], lcb[subsets], alpha[subsets], budget)
+    i = int(np.flatnonzero(v >= v.max() - 1e-12)[0])  # the first best subset (lexicographic order)
     mask = np.zeros(k, bool)
-    mask[list(best_set)] = True
-    return mask, best
+    mask[subsets[i]] = True
+    return mask, float(v[i])
 
 
 def deploy(u: np.ndarray, lcb: np.ndarray, alpha: np.ndarray, budget: float, m_max: int,
@@ -92,3 +140,34 @@ def _fill(mask: np.ndarray, u: np.ndarray, m_max: int) -> np.ndarray:
             break
         mask[m] = True
     return mask
+
+
+def horizon_oracle_value(mu: np.ndarray, c: np.ndarray, alpha: np.ndarray, avail: np.ndarray, total_budget: float,
+                         m_max: int) -> float:
+    """Upper bound on the expected reward of any policy with total cost <= B over a stream whose query t sees the models
+    avail[t] (T, K): the bandits-with-knapsacks LP benchmark, through its Lagrangian dual
+        V = min_{nu >= 0}  nu B + sum_t max_{|D| <= M_max, q} sum_{m in D} q_m (mu_m - nu c_m)   (sum q <= 1, q <= alpha),
+    convex in nu (a max of linear functions), minimised by a bounded scalar search. Unlike the per-stage oracle held to b
+    in every stage, it may move budget between stages, as a paced policy under the total budget B = b T can, and (being
+    the LP relaxation) time-share between deployments of the same pool, so no policy beats it in expectation."""
+    from scipy.optimize import minimize_scalar
+
+    sets, counts = np.unique(np.asarray(avail, bool), axis=0, return_counts=True)
+    groups = []
+    for mask, n in zip(sets, counts, strict=True):
+        idx = np.flatnonzero(mask)
+        if len(idx):
+            size = min(m_max, len(idx))
+            groups.append((idx[np.array(list(itertools.combinations(range(len(idx)), size)), dtype=int)], float(n)))
+
+    def dual(nu: float) -> float:
+        total = nu * total_budget
+        for sub, n in groups:
+            w = mu[sub] - nu * c[sub]
+            total += n * float((_greedy(w, alpha[sub]) * w).sum(-1).max())
+        return total
+
+    with np.errstate(divide="ignore"):
+        hi = float(np.max(np.where(c > 0, mu / np.maximum(c, 1e-300), 0.0))) + 1.0  # beyond it no costly model pays
+    res = minimize_scalar(dual, bounds=(0.0, hi), method="bounded", options={"xatol": 1e-10})
+    return min(float(res.fun), dual(0.0), dual(hi))

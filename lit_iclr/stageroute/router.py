@@ -10,7 +10,9 @@ Budget: b per query on average, B = b T in total (bandits with knapsacks): once 
 left of B, no further query is served. With `pacing` (our choice; the paper's exact budget handling is not known) the LPs
 use the remaining budget per remaining query, (B - spent) / (T - t), instead of b, so early optimistic overspending is
 paid back instead of exhausting B before T. Regret is the pseudo-regret against the oracle that knows (mu, c) and solves the
-same deployment problem at every stage boundary: sum_t V*_{k(t)} - mu_{m_t} 1[t served].
+same deployment problem at every stage boundary: sum_t V*_{k(t)} - mu_{m_t} 1[t served] (`state.regret`); a paced policy can
+beat that oracle, so benchmarks measure regret against `Router.horizon_value()`, the bandits-with-knapsacks benchmark that
+may move the total budget between stages (V_B - state.reward).
 All state is in the arrays of `RouterState`, so the Lightning module keeps it in buffers and a run resumes exactly.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from lit_iclr.core.errors import ConfigError
 
-from .programs import confidence_bounds, deploy, routing_lp
+from .programs import confidence_bounds, deploy, horizon_oracle_value, routing_lp
 from .workload import Workload
 
 POLICIES = ("stageroute", "oracle", "greedy", "eps_greedy", "cost_blind", "random", "per_query")
@@ -41,7 +43,8 @@ class RouterConfig:
     radius_scale: float = 1.0
     cache_tol: float = 0.01
     epsilon: float = 0.1
-    enumerate_up_to: int = 4
+    enumerate_up_to: int = 12
+    lp_solver: str = "exact"
     pacing: bool = True
     seed: int = 0
 
@@ -50,6 +53,8 @@ class RouterConfig:
             raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.m_max < 1 or self.budget <= 0 or self.horizon < 1:
             raise ConfigError(f"need m_max >= 1, budget > 0, horizon >= 1 (got {self.m_max}, {self.budget}, {self.horizon})")
+        if self.lp_solver not in ("exact", "highs"):
+            raise ConfigError(f"lp_solver must be 'exact' or 'highs', got {self.lp_solver!r}")
         if self.stage_length is not None and self.stage_length < 1:
             raise ConfigError(f"stage_length must be >= 1 or null, got {self.stage_length}")
 
@@ -141,6 +146,13 @@ class Router:
             self._oracle_cache[key] = routing_lp(self.mu[idx][mask], self.c[idx][mask], self.w.capacity[idx][mask], self.b)[1]
         return self._oracle_cache[key]
 
+    def horizon_value(self) -> float:
+        """V_B: the bandits-with-knapsacks benchmark over the whole horizon (arrivals seen at once, total budget B = b T,
+        budget movable between stages); `horizon_value() - state.reward` is the regret against it."""
+        t = np.arange(self.cfg.horizon)[:, None] / self.cfg.horizon
+        avail = (self.w.release[None] <= t) & (t < self.w.retire[None])
+        return horizon_oracle_value(self.mu, self.c, self.w.capacity, avail, self.total_budget, self.cfg.m_max)
+
     # --- the two decisions -----------------------------------------------------------------------------------------
     def new_stage(self, s: RouterState, t: int, rng: np.random.Generator) -> bool:
         """Pick D_k for the stage starting at t; False when the cached deployment (and q) is kept."""
@@ -179,7 +191,7 @@ class Router:
             return
         u, lcb = self.estimates(s)
         budget = self.rate(s)
-        s.q[idx] = routing_lp(u[idx], lcb[idx], alpha, budget)[0]
+        s.q[idx] = routing_lp(u[idx], lcb[idx], alpha, budget, self.cfg.lp_solver)[0]
         s.u_solved[:], s.l_solved[:] = u, lcb
         s.rate_solved[...] = budget if np.isfinite(budget) else 0.0
         s.lp_solves += 1

@@ -46,3 +46,15 @@ def test_stageroute_beats_greedy_newest():
     ours = [float(run(w, RouterConfig(horizon=4000, seed=i))[0].regret) for i in range(2)]
     greedy = [float(run(w, RouterConfig(policy="greedy", horizon=4000, seed=i))[0].regret) for i in range(2)]
     assert sum(ours) < sum(greedy)
+
+
+def test_horizon_benchmark_bounds_the_per_stage_oracle_and_a_paced_policy():
+    # V_B may move budget between stages, so it is at least the per-stage oracle's sum of V*_k (regret + reward of the
+    # oracle run), and a paced StageRoute run, which the per-stage oracle can trail, stays below it
+    w = synthetic_workload(6, 400, initial=2, seed=6)
+    cfg = RouterConfig(policy="oracle", horizon=1500, m_max=2, budget=0.3)
+    s, _ = run(w, cfg)
+    v_b = Router(w, cfg).horizon_value()
+    assert v_b >= float(s.regret) + float(s.reward) - 1e-6
+    ours, _ = run(w, RouterConfig(horizon=1500, m_max=2, budget=0.3, radius_scale=0.1))
+    assert float(ours.reward) < v_b
