@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lit_iclr.core.stats import paired_ci
+
 VARIANTS = {  # name -> CIBM overrides
     "none": {"ib": "none", "stochastic": False},
     "IB_B": {"ib": "B"},
@@ -85,17 +87,6 @@ def run(seed: int, out: Path, epochs: int, families, data_dir: str, only: list[s
               flush=True)
 
 
-def paired_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """Mean of a - b over paired seeds and its 95% t interval half-width (nan with fewer than 2 pairs)."""
-    from scipy import stats
-
-    d = np.asarray(a) - np.asarray(b)
-    if len(d) < 2:
-        return float(d.mean()), float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
-
-
 def fmt(vals, scale=1.0, digits=1) -> str:
     vals = [v for v in vals if v is not None and np.isfinite(v)]
     if not vals:
@@ -131,7 +122,7 @@ def report(out: Path, fig_dir: Path) -> None:
               f"| {fmt([r.get('tti_random_auc') for r in rs], 100)} | {mono} "
               f"| {fmt([r.get('tti_random_full') for r in rs], 100)} | {fmt([r.get('beta') for r in rs], 1, 2)} "
               f"| {fmt(speed, 1, 2)} |")
-    print("\nPaired differences IB - none (same seed), mean [95% CI]; a CI containing 0 is not significant:\n")
+    print("\nPaired differences IB - none (same seed), mean [95% CI] (paired t over seeds):\n")
     print("| family | IB | task acc (pts) | OIS (x100) | class leakage (pts) |")
     print("|---|---|---|---|---|")
     for f in FAMILIES:
@@ -142,9 +133,7 @@ def report(out: Path, fig_dir: Path) -> None:
                 continue
             cells = []
             for key in ("acc", "ois", "leakage"):
-                m, lo, hi = paired_ci([100 * r[key] for r in rs], [100 * base[r["seed"]][key] for r in rs])
-                sig = "" if not np.isfinite(lo) or lo <= 0 <= hi else " *"
-                cells.append(f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}]{sig}")
+                cells.append(str(paired_ci([100 * r[key] for r in rs], [100 * base[r["seed"]][key] for r in rs])))
             print(f"| {f} | {v} | " + " | ".join(cells) + " |")
     figures(by, fig_dir)
 

@@ -114,12 +114,12 @@ class CIBM(BaseModule):
         self._eval: dict[str, list] = {}
 
     # ---------------------------------------------------------------- training
-    def _subsample(self, x: torch.Tensor) -> torch.Tensor:
+    def _subsample(self, x: torch.Tensor, seed: int | None = None) -> torch.Tensor:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         pool = getattr(dm, "train_inputs", None)
         if self.hparams.mi_source == "batch" or pool is None:
             return x
-        g = torch.Generator().manual_seed(int(self.trainer.global_step) * 7919 + torch.initial_seed() % 100003)
+        g = torch.Generator().manual_seed(self._step_seed() if seed is None else seed)
         m = min(self.hparams.mi_samples, len(pool))
         idx = torch.randperm(len(pool), generator=g)[:m]
         return pool[idx].to(x.device)
@@ -133,7 +133,20 @@ class CIBM(BaseModule):
             n = max(1, (self.trainer.max_epochs or 2) // 2)
         return self.current_epoch < n
 
+    def _step_seed(self) -> int:
+        """Seed of this step's random draws: a function of (run seed, global step) only, so a resumed fit draws the same."""
+        return int(self.global_step) * 7919 + torch.initial_seed() % 100003
+
     def training_step(self, batch, batch_idx):
+        # eps of z = mu + sigma * eps and CEM's training interventions come from the global RNG, which a checkpoint does not
+        # hold: fork it and seed it per step, so an interrupted and resumed fit makes the same draws as an uninterrupted one.
+        seed = self._step_seed()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed + 1)
+            return self._training_step(batch, seed)
+
+    def _training_step(self, batch, seed: int):
         hp = self.hparams
         x, c, y = batch["x"], batch["c"], batch["y"]
         opt = self.optimizers()
@@ -166,7 +179,7 @@ class CIBM(BaseModule):
         use_ib = hp.ib != "none" and concepts_stage
         mi = None
         if use_ib and hp.ib == "B":
-            sub = self.net.encode(self._subsample(x)) if hp.mi_source == "train" else enc
+            sub = self.net.encode(self._subsample(x, seed)) if hp.mi_source == "train" else enc
             mi = est_mi(sub["mu"], sub["sigma"], jensen=hp.jensen)
             constraint = hp.mi_const - mi
             loss = loss + beta * constraint                        # beta * (I_c - I_hat)
@@ -174,7 +187,7 @@ class CIBM(BaseModule):
             loss = loss + beta * hp.concept_weight * bce           # (1 + beta) * BCE in total
             if hp.mi_source == "train":
                 with torch.no_grad():  # the backbone gets no gradient from H(C): only the heads' inputs are needed
-                    h_sub = self.net.features(self._subsample(x))
+                    h_sub = self.net.features(self._subsample(x, seed))
                 sigma_sub = self.net.latent(h_sub)["sigma"]
             else:
                 sigma_sub = enc["sigma"]
