@@ -1,0 +1,192 @@
+"""The MoSA LightningModule: text -> 3-D structure -> projected structure maps -> video, and its baselines.
+
+One code path, four switches: `structure` (3d: MoSA; 2d: skeleton-first; none: direct text-to-video), `control` (hadc or
+plain `concat`), `lambda_track` (0: without the dense-tracking loss) and `lambda_contact` (0: without the contact loss).
+Both stages train together: the structure transformer on the captions' motions, the video DiT on the ground-truth
+structure (teacher forcing, as a pose-conditioned video model is trained); sampling chains them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core import BaseModule, ConfigError
+from lit_iclr.core.figures import log_figure
+
+from .maps import NUM_LIMB_GROUPS, control_maps, project
+from .metrics import foot_penetration, foot_skating
+from .model import StructureTransformer, VideoDiT
+from .objectives import bone_loss, contact_loss, euler_sample, interpolate, tracking_loss, x0_from_velocity, x0_velocity
+
+
+class MoSA(BaseModule):
+    def __init__(
+        self,
+        vocab_size: int = 128,
+        num_frames: int = 8,
+        image_size: int = 32,
+        structure: Literal["3d", "2d", "none"] = "3d",
+        control: Literal["hadc", "concat"] = "hadc",
+        dim: int = 64,
+        depth: int = 3,
+        heads: int = 4,
+        patch: int = 8,
+        structure_dim: int = 64,
+        structure_layers: int = 2,
+        spread_steps: int = 2,
+        region_dilate: int = 1,
+        lambda_track: float = 0.5,
+        lambda_contact: float = 1.0,
+        lambda_bone: float = 1.0,
+        video_steps: int = 10,
+        structure_steps: int = 10,
+        log_videos: int = 4,
+        optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=1e-3),
+    ):
+        """
+        Args:
+            vocab_size: Word ids of the captions (linked from the data).
+            num_frames: Frames per clip (linked from the data).
+            image_size: Frame size in pixels (linked from the data).
+            structure: `3d` (MoSA), `2d` (2-D-skeleton-first baseline) or `none` (direct text-to-video baseline).
+            control: How structure maps enter the video DiT: `hadc` (Human-Aware Dynamic Control) or `concat`.
+            dim: Video DiT width.
+            depth: Video DiT blocks.
+            heads: Attention heads.
+            patch: Video patch size in pixels.
+            structure_dim: Structure transformer width.
+            structure_layers: Structure transformer layers.
+            spread_steps: HADC depthwise-convolution steps spreading skeleton features over the human region.
+            region_dilate: HADC human-region dilation in patches.
+            lambda_track: Weight of the dense-tracking loss on the predicted clean video (0 disables it).
+            lambda_contact: Weight of the contact loss on the predicted 3-D structure (0 disables it).
+            lambda_bone: Weight of the bone-length loss on the predicted 3-D structure.
+            video_steps: Euler steps when sampling videos.
+            structure_steps: Euler steps when sampling structures.
+            log_videos: Validation prompts sampled and logged (figure + mp4) each validation (0: none).
+            optimizer: Optimizer factory.
+        """
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer"])
+        if structure == "none" and control != "hadc":
+            raise ConfigError("model.control is only used with a structure; keep control: hadc with structure: none")
+        if image_size % patch:
+            raise ConfigError(f"model.patch {patch} must divide image_size {image_size}")
+        self.optimizer = optimizer
+        self.structure = structure
+        self.channels = NUM_LIMB_GROUPS + (1 if structure == "3d" else 0)
+        self.structure_net = None
+        if structure != "none":
+            self.structure_net = StructureTransformer(vocab_size, num_frames, coords=3 if structure == "3d" else 2,
+                                                      dim=structure_dim, layers=structure_layers, heads=heads)
+        self.video_net = VideoDiT(vocab_size, num_frames, image_size, control if structure != "none" else "none",
+                                  self.channels, dim, depth, heads, patch, spread_steps, region_dilate)
+
+    # ----- structure <-> maps
+    def structure_target(self, batch: dict) -> torch.Tensor:
+        if self.structure == "3d":
+            return batch["joints3d"]
+        return batch["keypoints2d"] / self.hparams.image_size * 2 - 1  # 2-D skeleton in [-1, 1] image coordinates
+
+    def maps(self, structure: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Per-frame control maps of a structure: the 3-D one projected with the clip's camera (limbs + depth)."""
+        if self.structure == "3d":
+            uv, z = project(structure, batch["K"], batch["extrinsics"])
+            return control_maps(uv, self.hparams.image_size, z)
+        return control_maps((structure + 1) / 2 * self.hparams.image_size, self.hparams.image_size)
+
+    # ----- losses
+    def structure_loss(self, batch: dict) -> dict[str, torch.Tensor]:
+        x0 = self.structure_target(batch)
+        t = torch.rand(len(x0), device=x0.device)
+        x0_hat = self.structure_net(interpolate(x0, torch.randn_like(x0), t), t, batch["text_ids"], batch["text_mask"])
+        out = {"struct_mse": F.mse_loss(x0_hat, x0)}
+        if self.structure == "3d":
+            out["bone"] = bone_loss(x0_hat, x0)
+            out["contact"] = contact_loss(x0_hat, batch["contacts"])
+        return out
+
+    def video_loss(self, batch: dict, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        x0 = batch["video"]
+        t = torch.rand(len(x0), device=x0.device, generator=generator)
+        noise = torch.randn(x0.shape, device=x0.device, generator=generator)
+        x_t = interpolate(x0, noise, t)
+        maps = None
+        if self.structure != "none":  # ground-truth structure maps (precomputed by the data when present)
+            maps = batch["maps"][:, :, : self.channels] if "maps" in batch else self.maps(self.structure_target(batch), batch)
+        v = self.video_net(x_t, t, batch["text_ids"], batch["text_mask"], maps)
+        out = {"fm": F.mse_loss(v, noise - x0)}
+        if self.hparams.lambda_track > 0:
+            out["track"] = tracking_loss(x0_from_velocity(x_t, v, t), batch["tracks"], batch["track_visible"])
+        return out
+
+    def total(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        h = self.hparams
+        w = {"fm": 1.0, "struct_mse": 1.0, "bone": h.lambda_bone, "contact": h.lambda_contact, "track": h.lambda_track}
+        return sum(w[k] * v for k, v in parts.items())
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        parts = self.video_loss(batch)
+        if self.structure_net is not None:
+            parts |= self.structure_loss(batch)
+        loss = self.total(parts)
+        self.log_train({"train/loss": loss, **{f"train/{k}": v for k, v in parts.items()}}, prog_bar=["train/loss"])
+        return loss
+
+    # ----- sampling
+    @torch.no_grad()
+    def generate(self, batch: dict, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """Sample videos for the batch's captions; structure methods first sample the structure (returned as `plan`) and
+        condition on its maps, projected with the batch's cameras."""
+        ids, mask = batch["text_ids"], batch["text_mask"]
+        B, h = len(ids), self.hparams
+        out: dict[str, torch.Tensor] = {}
+        maps = None
+        if self.structure_net is not None:
+            net = self.structure_net
+            plan = euler_sample(x0_velocity(lambda x, t: net(x, t, ids, mask)), (B, *net.shape), h.structure_steps,
+                                generator, ids.device)
+            out["plan"], maps = plan, self.maps(plan, batch)
+            out["maps"] = maps
+        video = euler_sample(lambda x, t: self.video_net(x, t, ids, mask, maps),
+                             (B, h.num_frames, 3, h.image_size, h.image_size), h.video_steps, generator, ids.device)
+        out["video"] = video.clamp(-1, 1)
+        return out
+
+    # ----- validation
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        g = torch.Generator(device=batch["video"].device).manual_seed(1000 + batch_idx)  # same noise every validation
+        parts = self.video_loss(batch, g)
+        if self.structure_net is not None:
+            parts |= self.structure_loss(batch)
+        n = len(batch["video"])
+        self.log("val/loss", self.total(parts), batch_size=n, prog_bar=True)
+        for k, v in parts.items():
+            self.log(f"val/{k}", v, batch_size=n)
+        if batch_idx == 0 and self.hparams.log_videos > 0 and not self.trainer.sanity_checking:
+            k = min(self.hparams.log_videos, n)
+            small = {key: v[:k] for key, v in batch.items()}
+            out = self.generate(small, torch.Generator(device=batch["video"].device).manual_seed(0))
+            if "plan" in out and self.structure == "3d":
+                self.log("val/plan_penetration_cm", foot_penetration(out["plan"]), batch_size=k)
+                self.log("val/plan_skating_cm", foot_skating(out["plan"]), batch_size=k)
+            self.log_samples(out["video"], small["video"])
+
+    def log_samples(self, video: torch.Tensor, real: torch.Tensor) -> None:
+        from .plots import frames_figure, write_video_grid
+
+        log_figure(self, "val/samples", frames_figure({"generated": video, "data": real}))
+        log_dir = self.trainer.log_dir if self.trainer.loggers else None
+        if log_dir is not None and self.trainer.is_global_zero:
+            write_video_grid(Path(log_dir) / "videos" / f"val_step{self.global_step}.mp4", video)
+
+    def summary_metrics(self):
+        return ("{stage}/loss", "{stage}/fm", "{stage}/track", "{stage}/plan_*")
+
+    def configure_optimizers(self):
+        return self.optimizer(self.parameters())
+

@@ -1,0 +1,28 @@
+"""The tiny twin through the CLI, the real config parsed, a bad switch rejected."""
+from __future__ import annotations
+
+import pytest
+
+from lit_iclr.core import ConfigError
+from lit_iclr.mosa import MoSA
+from tests.twin import fit_twin, metric_rows, print_config
+
+
+def test_tiny_twin_fits_through_the_cli(tmp_path):
+    fit_twin("mosa", tmp_path)
+    rows = metric_rows(tmp_path)
+    val = [float(r["val/fm"]) for r in rows if r.get("val/fm")]
+    assert val and all(0 < v < 10 for v in val)
+    assert any(r.get("val/plan_penetration_cm") for r in rows)
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert list((tmp_path / "figures").glob("val_samples*.png")) and list(tmp_path.rglob("videos/val_step*.mp4"))
+
+
+def test_real_config_parses(capsys):
+    out = print_config("configs/mosa.yaml", capsys)
+    assert "lit_iclr.mosa.MoSA" in out and "HumanMotionVideo" in out and "structure: 3d" in out
+
+
+def test_control_without_structure_is_a_config_error():
+    with pytest.raises(ConfigError, match="control"):
+        MoSA(structure="none", control="concat")
