@@ -1,6 +1,7 @@
-"""ReIMTS benchmark: masked MSE / MAE of GraFITi, mTAN, ReIMTS(each), ReIMTS without fusion and a resampling baseline.
+"""ReIMTS benchmark: masked MSE / MAE of GraFITi, mTAN, ReIMTS(each), capacity-matched backbones, ReIMTS ablations and
+a resampling baseline, with paired 95% confidence intervals of the MSE differences over seeds.
 
-    .venv/bin/python benchmarks/reimts.py            # default data (3000 generated PhysioNet 2012 records), 3 seeds
+    .venv/bin/python benchmarks/reimts.py            # default data (3000 generated PhysioNet 2012 records), 5 seeds
     .venv/bin/python benchmarks/reimts.py --quick    # smoke run: 400 records, 1 seed, 1 epoch
     .venv/bin/python benchmarks/reimts.py --jobs 3   # the 3 seeds in 3 processes
 
@@ -22,21 +23,32 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from lit_iclr.core.stats import paired_ci
 from lit_iclr.reimts import IMTSForecaster, PhysioNet2012
 from lit_iclr.reimts.plots import forecast_figure, plt
 
-# name -> model init args; the paper's time-period lists on P12: GraFITi 39 -> 24 -> 12 h, the others 39 -> 24 h
-# (ReIMTS rows use the config default finest_loss "horizon"; "all" is the reference code's loss on every sub-sample)
+# name -> model init args (anything not given: d_model 32, 1 GraFITi layer, 4 heads, finest_loss "horizon", align "end").
+# The paper's time-period lists on P12: GraFITi 39 -> 24 -> 12 h, mTAN 39 -> 24 h.
+G3 = dict(backbone="grafiti", variant="reimts", periods=[24.0, 12.0])
 MODELS = {
     "GraFITi": dict(backbone="grafiti", variant="backbone"),
-    "ReIMTS(GraFITi)": dict(backbone="grafiti", variant="reimts", periods=[24.0, 12.0]),
-    "ReIMTS(GraFITi), loss on all sub-samples": dict(backbone="grafiti", variant="reimts", periods=[24.0, 12.0],
-                                                     finest_loss="all"),
-    "ReIMTS(GraFITi) w/o fusion": dict(backbone="grafiti", variant="reimts_nofusion", periods=[24.0, 12.0]),
+    "GraFITi, 3 layers": dict(backbone="grafiti", variant="backbone", n_layers=3),  # capacity-matched (fewer params)
+    "GraFITi, last 12 h only": dict(backbone="grafiti", variant="backbone", context_hours=12.0),  # context diagnostic
+    "ReIMTS(GraFITi)": G3,
+    "ReIMTS(GraFITi), loss on all sub-samples": G3 | dict(finest_loss="all"),
+    "ReIMTS(GraFITi), start-aligned": G3 | dict(align="start"),
+    "ReIMTS(GraFITi) w/o fusion": G3 | dict(variant="reimts_nofusion"),
     "Resampling(GraFITi)": dict(backbone="grafiti", variant="resampling", resample_bins=[12.0, 4.0]),
     "mTAN": dict(backbone="mtan", variant="backbone"),
+    "mTAN, d_model 46": dict(backbone="mtan", variant="backbone", d_model=46),  # capacity-matched (fewer params)
     "ReIMTS(mTAN)": dict(backbone="mtan", variant="reimts", periods=[24.0]),
 }
+# headline comparisons (paired over seeds): (a, b) -> difference a - b of test MSE
+PAIRS = [("ReIMTS(GraFITi)", "GraFITi"), ("ReIMTS(GraFITi)", "GraFITi, 3 layers"),
+         ("ReIMTS(GraFITi)", "Resampling(GraFITi)"), ("ReIMTS(GraFITi), loss on all sub-samples", "ReIMTS(GraFITi)"),
+         ("ReIMTS(GraFITi), start-aligned", "ReIMTS(GraFITi)"), ("ReIMTS(GraFITi) w/o fusion", "ReIMTS(GraFITi)"),
+         ("GraFITi, last 12 h only", "GraFITi"), ("GraFITi, 3 layers", "GraFITi"),
+         ("ReIMTS(mTAN)", "mTAN"), ("ReIMTS(mTAN)", "mTAN, d_model 46")]
 REFERENCE = {name: ("mTAN" if "mTAN" in name else "GraFITi") for name in MODELS if name not in ("GraFITi", "mTAN")}
 
 
@@ -61,12 +73,59 @@ class Recorder(L.Callback):
             self.best, self.state = mse, copy.deepcopy(module.state_dict())
 
 
+def crop_context(dm: PhysioNet2012, hours: float) -> PhysioNet2012:
+    """A copy of the data module whose inputs keep only the last `hours` of the lookback (observations before are
+    masked out): how much the backbone gains from older context is what a multi-scale model can exploit."""
+    dm = copy.deepcopy(dm)
+    cut = (dm.lookback_hours - hours) / dm.record_hours
+    for ds in dm.splits.values():
+        t = ds.tensors
+        keep = (t["x_time"] >= cut - 1e-6).unsqueeze(-1).to(t["x_mask"].dtype)
+        t["x_mask"] = t["x_mask"] * keep
+        t["x"] = t["x"] * keep
+    return dm
+
+
+def context_check(dm: PhysioNet2012) -> str:
+    """Does older context predict the horizon? Closed-form per-variable forecasts of the test targets from the last
+    `c` hours of each patient's own lookback (no training): the last observed value, the mean, and a least-squares
+    line through the observations (evaluated at the target time). If the longer windows do not beat the short ones,
+    the records hold little slow (multi-scale) structure for a model to use."""
+    t = dm.splits["test"].tensors
+    hours = t["x_time"] * dm.record_hours  # (N, L)
+    y, ym, yt = t["y"], t["y_mask"], t["y_time"] * dm.record_hours
+    rows = ["| context (h) | last value MSE | mean MSE | linear trend MSE |", "|---|---|---|---|"]
+    # the same targets in every row: variables with >= 2 observations in the shortest context
+    short = t["x_mask"] * (hours >= dm.lookback_hours - 6).unsqueeze(-1)
+    ok = (short.sum(1) >= 2).unsqueeze(1) * ym
+    for c in (6, 12, 24, 36):
+        m = t["x_mask"] * (hours >= dm.lookback_hours - c).unsqueeze(-1)  # (N, L, V)
+        n = m.sum(1)  # observations per patient and variable
+        h = hours.unsqueeze(-1).expand_as(m)
+        mean = (t["x"] * m).sum(1) / n.clamp_min(1)
+        last_idx = (m * torch.arange(1, m.shape[1] + 1).view(1, -1, 1)).argmax(1, keepdim=True)
+        last = t["x"].gather(1, last_idx).squeeze(1)
+        hm = (h * m).sum(1) / n.clamp_min(1)
+        cov = ((h - hm.unsqueeze(1)) * (t["x"] - mean.unsqueeze(1)) * m).sum(1)
+        var = (((h - hm.unsqueeze(1)) ** 2) * m).sum(1)
+        slope = torch.where(var > 1e-6, cov / var.clamp_min(1e-6), torch.zeros_like(var))
+        errs = []
+        for pred in (last.unsqueeze(1).expand_as(y), mean.unsqueeze(1).expand_as(y),
+                     mean.unsqueeze(1) + slope.unsqueeze(1) * (yt.unsqueeze(-1) - hm.unsqueeze(1))):
+            errs.append(float((((pred - y) ** 2) * ok).sum() / ok.sum()))
+        rows.append(f"| {c} | {errs[0]:.4f} | {errs[1]:.4f} | {errs[2]:.4f} |")
+    return "\n".join(rows) + f"\n\n{int(ok.sum())} test targets (variables with >= 2 observations in the last 6 h)."
+
+
 def run(name: str, dm: PhysioNet2012, seed: int, epochs: int, args) -> dict:
     L.seed_everything(seed, verbose=False)
+    kw = dict(MODELS[name])
+    if "context_hours" in kw:
+        dm = crop_context(dm, kw.pop("context_hours"))
+    kw = {"d_model": args.d_model, "n_layers": 1, "n_heads": 4, "finest_loss": args.finest_loss, "align": "end"} | kw
     model = IMTSForecaster(n_vars=dm.n_vars, lookback_hours=dm.lookback_hours, forecast_hours=dm.forecast_hours,
-                           record_hours=dm.record_hours, d_model=args.d_model, n_layers=1, n_heads=4,
-                           plot_every_n_epochs=0, optimizer=lambda p: torch.optim.Adam(p, lr=args.lr),
-                           **({"finest_loss": args.finest_loss} | MODELS[name]))
+                           record_hours=dm.record_hours, plot_every_n_epochs=0,
+                           optimizer=lambda p: torch.optim.Adam(p, lr=args.lr), **kw)
     rec = Recorder()
     trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -82,10 +141,17 @@ def run(name: str, dm: PhysioNet2012, seed: int, epochs: int, args) -> dict:
 
 
 def data(args) -> PhysioNet2012:
-    dm = PhysioNet2012(data_dir=str(ROOT / "data"), batch_size=args.batch_size, num_patients=args.patients)
+    dm = PhysioNet2012(data_dir=str(ROOT / "data"), batch_size=args.batch_size, num_patients=args.patients,
+                       split=args.split)
     dm.prepare_data()
     dm.setup("fit")
     return dm
+
+
+def run_file(args, name: str, seed: int) -> Path:
+    """Where one run's result is kept: a rerun of the same command skips finished runs (resumable on a busy machine)."""
+    key = f"e{args.epochs}-n{args.patients}-d{args.d_model}-{args.split}-{args.finest_loss}"
+    return Path(args.out) / "runs" / key / f"{name.replace(' ', '_').replace(',', '')}-s{seed}.json"
 
 
 def run_seed(seed: int, args) -> dict[str, dict]:
@@ -94,8 +160,14 @@ def run_seed(seed: int, args) -> dict[str, dict]:
     dm = data(args)
     results = {}
     for name in args.models:
+        cached = run_file(args, name, seed)
+        if cached.exists():
+            results[name] = json.loads(cached.read_text())
+            continue
         r = run(name, dm, seed, args.epochs, args)
         results[name] = {k: v for k, v in r.items() if k != "model"}
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(results[name] | {"seed": seed, "model": name}))
         if seed == 0 and name in ("GraFITi", "ReIMTS(GraFITi)", "mTAN", "ReIMTS(mTAN)"):
             # forecast figure of one test patient
             batch = next(iter(dm.test_dataloader()))
@@ -111,14 +183,16 @@ def run_seed(seed: int, args) -> dict[str, dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smoke run: 400 records, 1 seed, 1 epoch")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--patients", type=int, default=3000, help="generated records (3000 = the default data)")
+    p.add_argument("--split", default="sequential", choices=["sequential", "random"])
     p.add_argument("--d_model", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--jobs", type=int, default=1, help="seeds run in this many parallel processes (1 thread each)")
     p.add_argument("--finest_loss", default="horizon", choices=["all", "horizon"])
+    p.add_argument("--context_check", action="store_true", help="only the closed-form context table (seconds)")
     p.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "reimts"))
     args = p.parse_args()
@@ -129,6 +203,9 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     dm = data(args)  # generate + parse once here, so the workers read the cache
     print(dm.describe(), flush=True)
+    if args.context_check:
+        print(context_check(dm))
+        return
     t0 = time.time()
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
@@ -156,6 +233,12 @@ def main() -> None:
         summary[name] = {"mse": mse, "mae": mae, "samples_per_s": sps, "runs": rs}
         lines.append(f"| {name} | {mse[0]:.4f} ± {mse[1]:.4f} | {mae[0]:.4f} ± {mae[1]:.4f} | {rel_mse} | "
                      f"{sps[0]:.0f} | {rel_speed} | {rs[0]['params']:,} |")
+    lines += ["", "| paired difference of test MSE (a - b), 95% CI over seeds | a | b | params a / b |", "|---|---|---|---|"]
+    for a, b in PAIRS:
+        if a in results and b in results:
+            ci = paired_ci([r["mse"] for r in results[a]], [r["mse"] for r in results[b]])
+            lines.append(f"| {ci} | {a} | {b} | {results[a][0]['params']:,} / {results[b][0]['params']:,} |")
+            summary.setdefault("pairs", []).append({"a": a, "b": b, "mean": ci.mean, "low": ci.low, "high": ci.high})
     table = "\n".join(lines)
     print(f"\n{args.seeds} seed(s), {args.epochs} epochs, {len(dm.splits['train'])} train / {len(dm.splits['val'])} val "
           f"/ {len(dm.splits['test'])} test samples, {time.time() - t0:.0f} s\n")

@@ -1,7 +1,9 @@
 """PhysioNet/CinC 2012 forecasting DataModule: the real record files, or a generated default in that exact format."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Literal
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -11,7 +13,7 @@ from lit_iclr.core import BaseDataModule, DatasetFormatError
 from lit_iclr.core.loader import ResumableDataLoader
 
 from .generator import generate_physionet
-from .physionet import VARIABLES, load_records
+from .physionet import REFERENCE_VARIABLES, SERIES, load_records
 from .protocol import records_to_samples, standardise
 
 KEYS = ("x", "x_mask", "x_time", "y", "y_mask", "y_time")
@@ -33,7 +35,7 @@ class DictDataset(Dataset):
 
 class PhysioNet2012(BaseDataModule):
     default_name = "physionet2012"
-    default_version = 1
+    default_version = 2  # v2: post-admission Weight rows
     content_options = ("num_patients", "generator_seed")
     model_links = {"n_vars": "n_vars", "lookback_hours": "lookback_hours", "forecast_hours": "forecast_hours",
                    "record_hours": "record_hours"}
@@ -41,6 +43,7 @@ class PhysioNet2012(BaseDataModule):
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 32, num_workers: int = 0,
                  num_patients: int = 3000, generator_seed: int = 0, lookback_hours: float = 36.0,
                  forecast_hours: float = 3.0, record_hours: float = 48.0, resolution_minutes: int = 60,
+                 variables: list[str] | None = None, split: Literal["sequential", "random"] = "sequential",
                  split_seed: int = 0, test_fraction: float = 0.1, val_fraction: float = 0.1, cache: bool = True):
         """
         Args:
@@ -54,7 +57,12 @@ class PhysioNet2012(BaseDataModule):
             forecast_hours: Targets: observed values in [lookback, lookback + forecast) hours (benchmark: 3).
             record_hours: Record length; timestamps are scaled to [0, 1] by it (benchmark: 48).
             resolution_minutes: Observations are averaged per bin of this many minutes (benchmark: 60, hourly).
-            split_seed: Seed of the random train/val/test split of the records.
+            variables: Forecast series (names of the 36 variables and post-admission `Weight`); null: the reference
+                code's set, the 37 series less MechVent (its recorded value is always 1).
+            split: `sequential`: records in RecordID order, the last `test_fraction` for test and the last
+                `val_fraction` of the rest for validation (the reference code's `train_test_split(shuffle=False)`);
+                `random`: a seeded permutation first.
+            split_seed: Seed of the `random` split.
             test_fraction: Share of records held out for test.
             val_fraction: Share of the remaining records used for validation (0.1 gives the 81/9/10 split).
             cache: Cache the parsed records as a `.pt` in `<data_dir>/cache` (keyed by the files' names, sizes, mtimes).
@@ -63,9 +71,15 @@ class PhysioNet2012(BaseDataModule):
         self.num_patients, self.generator_seed = num_patients, generator_seed
         self.lookback_hours, self.forecast_hours, self.record_hours = lookback_hours, forecast_hours, record_hours
         self.resolution_minutes = resolution_minutes
+        self.variable_names = list(REFERENCE_VARIABLES if variables is None else variables)
+        unknown = sorted(set(self.variable_names) - set(SERIES))
+        if unknown or not self.variable_names:
+            raise ValueError(f"data.variables: unknown or empty {unknown}; choose from {', '.join(SERIES)}")
+        if split not in ("sequential", "random"):
+            raise ValueError(f"data.split must be 'sequential' or 'random', got {split!r}")
+        self.split = split
         self.split_seed, self.test_fraction, self.val_fraction, self.cache = split_seed, test_fraction, val_fraction, cache
-        self.n_vars = len(VARIABLES)
-        self.variable_names = list(VARIABLES)
+        self.n_vars = len(self.variable_names)
         self.splits: dict[str, DictDataset] = {}
 
     @property
@@ -88,7 +102,7 @@ class PhysioNet2012(BaseDataModule):
             return
         records = load_records(self.path, self.cache_dir())
         samples, dropped = records_to_samples(records, self.lookback_hours, self.forecast_hours, self.record_hours,
-                                              self.resolution_minutes)
+                                              self.resolution_minutes, self.variable_names)
         if dropped:
             rank_zero_warn(f"{len(dropped)} of {len(records.files)} records have no observation in the "
                            f"{self.lookback_hours} h lookback or the next {self.forecast_hours} h and are left out "
@@ -96,10 +110,16 @@ class PhysioNet2012(BaseDataModule):
         n = len(samples["record_id"])
         if n < 3:
             raise DatasetFormatError(self.path, f"only {n} usable records", "point `root` at the full record folders")
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
-        n_test = max(1, round(n * self.test_fraction))
-        n_val = max(1, round((n - n_test) * self.val_fraction))
-        index = {"test": perm[:n_test], "val": perm[n_test:n_test + n_val], "train": perm[n_test + n_val:]}
+        # sizes as sklearn's train_test_split (test = ceil(n * fraction)), which the reference code uses
+        n_test = max(1, math.ceil(n * self.test_fraction))
+        n_val = max(1, math.ceil((n - n_test) * self.val_fraction))
+        if self.split == "random":
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
+            index = {"test": perm[:n_test], "val": perm[n_test:n_test + n_val], "train": perm[n_test + n_val:]}
+        else:  # records are in RecordID order (`record_files` sorts them): train | val | test
+            n_train = n - n_test - n_val
+            index = {"train": torch.arange(n_train), "val": torch.arange(n_train, n_train + n_val),
+                     "test": torch.arange(n_train + n_val, n)}
         self.mean, self.std = standardise(samples, index["train"])
         for k in KEYS:
             if not torch.isfinite(samples[k]).all():

@@ -82,7 +82,9 @@ def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, lis
     age = round(float(np.clip(rng.normal(65, 16), 16, 90)))
     rows = [f"00:00,RecordID,{record_id}", f"00:00,Age,{age}", f"00:00,Gender,{int(rng.random() < 0.56)}",
             f"00:00,Height,{-1 if rng.random() < 0.45 else round(rng.normal(170, 10), 1)}",
-            f"00:00,ICUType,{int(rng.integers(1, 5))}", f"00:00,Weight,{round(rng.normal(82, 20), 1)}"]
+            f"00:00,ICUType,{int(rng.integers(1, 5))}"]
+    weight = round(float(np.clip(rng.normal(82, 20), 35, 200)), 1)
+    rows.append(f"00:00,Weight,{weight}")
     obs: list[tuple[int, str, str]] = []
     for name, (mean, std, low, high, dec, group, rate) in SPECS.items():
         if group == "art" and not art or group == "ni" and art and rng.random() < 0.8:
@@ -107,6 +109,11 @@ def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, lis
             vals = np.ones(len(t_obs))
         vals = np.clip(vals, low, high).round(dec)
         obs.extend((int(t), name, f"{v:.{dec}f}" if dec else f"{int(v)}") for t, v in zip(t_obs, vals, strict=True))
+    # Weight after admission (a series in the real records): a few daily-ish weighings, fluid balance follows the
+    # slow trend (kg), plus scale noise
+    t_w = np.flatnonzero(rng.random(len(minutes)) < 0.05 / 60)
+    t_w = t_w[t_w > 0]
+    obs.extend((int(t), "Weight", f"{weight + 1.5 * slow[t] + rng.normal(0, 0.4):.1f}") for t in t_w)
     obs.sort(key=lambda o: o[0])
     rows += [f"{t // 60:02d}:{t % 60:02d},{n},{v}" for t, n, v in obs]
     death = float(rng.random() < 1 / (1 + np.exp(-(2.5 * state.mean() - 2.2))))

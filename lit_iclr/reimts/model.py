@@ -29,12 +29,13 @@ def make_backbone(name: str, n_vars: int, fusion: bool, **kwargs) -> nn.Module:
 
 class ReIMTS(nn.Module):
     def __init__(self, backbone: str, n_vars: int, periods: list[float], lookback_hours: float, record_hours: float,
-                 fusion: bool = True, backbone_kwargs: dict | None = None):
+                 fusion: bool = True, backbone_kwargs: dict | None = None, align: str = "start"):
         """
         Args:
             backbone: `grafiti` or `mtan`.
             n_vars: Number of variables.
             periods: [window, P_1, ...] in hours; window = lookback + forecast. `[window]` is the backbone alone.
+            align: Sub-sample grid of each parent: from its `start` or ending at its `end` (see `split.level_layout`).
             lookback_hours: Start of the forecast horizon (chooses the sub-sample used for the prediction).
             record_hours: Hours mapped to time 1 (timestamps are hours / record_hours).
             fusion: Pass the parent's representation down (False: r = 0, the ablation "without fusion").
@@ -43,8 +44,8 @@ class ReIMTS(nn.Module):
         super().__init__()
         self.periods = [float(p) for p in periods]
         self.record_hours = float(record_hours)
-        self.fusion = fusion
-        self.n_children, windows = level_layout(self.periods)
+        self.fusion, self.align = fusion, align
+        self.n_children, windows = level_layout(self.periods, align)
         # the finest sub-sample whose window holds the forecast start (the "horizon" sub-sample)
         self.horizon_index = next(i for i, (s, e) in enumerate(windows[-1]) if s <= lookback_hours < e)
         self.n_finest = len(windows[-1])
@@ -66,7 +67,7 @@ class ReIMTS(nn.Module):
         unchanged, since no other sub-sample feeds it, and `pred_all` is then just `pred` (B, 1, Q, V).
         """
         B = x.shape[0]
-        subs = recursive_split(x, x_mask, x_time, self.periods, self.record_hours)
+        subs = recursive_split(x, x_mask, x_time, self.periods, self.record_hours, self.align)
         rep = prev = None
         for lvl, (net, sub) in enumerate(zip(self.levels, subs, strict=True)):
             M = sub["x"].shape[0] // B

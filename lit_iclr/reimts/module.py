@@ -35,6 +35,7 @@ class IMTSForecaster(BaseModule):
         n_heads: int = 4,
         n_ref: int = 16,
         finest_loss: Literal["all", "horizon"] = "horizon",
+        align: Literal["start", "end"] = "end",
         optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=1e-3),
         plot_every_n_epochs: int = 1,
     ):
@@ -54,6 +55,9 @@ class IMTSForecaster(BaseModule):
             n_ref: mTAN reference points per (sub-)sample.
             finest_loss: Train on the forecasts of `all` finest sub-samples (targets repeated per sub-sample, as the
                 reference code does) or only on the `horizon` sub-sample used at test time.
+            align: Sub-sample windows of each split: `end` (children end at the parent's end, so the sub-sample that
+                holds the forecast start also holds the most recent lookback hours) or `start` (children start at the
+                parent's start; with 39 -> 24 -> 12 h the horizon sub-sample [36, 39) then holds no observation).
             optimizer: Optimizer factory.
             plot_every_n_epochs: Log a forecast figure of one validation patient every this many epochs (0: never).
         """
@@ -73,7 +77,7 @@ class IMTSForecaster(BaseModule):
             if any(p >= window for p in levels[1:]):
                 raise ConfigError(f"model.periods {list(periods)} must be shorter than the {window} h window")
             self.net = ReIMTS(backbone, n_vars, levels, lookback_hours, record_hours,
-                              fusion=variant == "reimts", backbone_kwargs=kw)
+                              fusion=variant == "reimts", backbone_kwargs=kw, align=align)
         elif variant == "resampling":
             self.net = Resampling(backbone, n_vars, list(resample_bins), window, record_hours, backbone_kwargs=kw)
         else:

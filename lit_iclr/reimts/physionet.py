@@ -3,8 +3,9 @@
 Layout (https://physionet.org/content/challenge-2012/): `set-a/`, `set-b/`, `set-c/` folders of `<RecordID>.txt`
 files, each starting with the header `Time,Parameter,Value`, then rows `HH:MM,<Parameter>,<Value>` where hours may
 exceed 23 (records span 48 h). The first rows, at 00:00, are `RecordID` and the general descriptors (Age, Gender,
-Height, ICUType, Weight); -1 marks a missing descriptor. The other rows are the 36 time-series variables below (Weight
-also recurs later as a time series; like the tsdm / t-PatchGNN benchmarks we keep it as a descriptor only).
+Height, ICUType, Weight); -1 marks a missing descriptor. The other rows are the 36 time-series variables below; Weight
+also recurs after admission as a time series, which the reader keeps as a 37th series (`SERIES`), as the reference code
+(PyOmniTS / tsdm) does; which series a benchmark forecasts is chosen in `protocol.records_to_samples`.
 `Outcomes-a.txt` etc. hold `RecordID,SAPS-I,SOFA,Length_of_stay,Survival,In-hospital_death` per record.
 
 Parsing thousands of text files is slow, so `load_records` caches the parsed observations as a `.pt` file keyed by a
@@ -30,11 +31,15 @@ VARIABLES = (
     "Glucose", "HCO3", "HCT", "HR", "K", "Lactate", "MAP", "MechVent", "Mg", "NIDiasABP", "NIMAP", "NISysABP", "Na",
     "PaCO2", "PaO2", "Platelets", "RespRate", "SaO2", "SysABP", "Temp", "TroponinI", "TroponinT", "Urine", "WBC", "pH",
 )
-VAR_INDEX = {name: i for i, name in enumerate(VARIABLES)}
+# Every series the reader keeps: the 36 plus Weight measured after admission (its 00:00 row stays a descriptor).
+SERIES = (*VARIABLES, "Weight")
+VAR_INDEX = {name: i for i, name in enumerate(SERIES)}
+# What the reference code (PyOmniTS) forecasts: the 37 series less MechVent, whose recorded value is always 1.
+REFERENCE_VARIABLES = tuple(v for v in SERIES if v != "MechVent")
 HEADER = "Time,Parameter,Value"
 OUTCOME_HEADER = "RecordID,SAPS-I,SOFA,Length_of_stay,Survival,In-hospital_death"
 SETS = ("set-a", "set-b", "set-c")
-READER_VERSION = 1  # bump when what the cache stores changes
+READER_VERSION = 2  # bump when what the cache stores changes
 
 
 @dataclass
@@ -42,7 +47,7 @@ class Records:
     """Parsed observations of many records, flattened (one row per time-series observation).
 
     record_ids: (R,) int64 RecordIDs; descriptors: (R, 5) float32 (NaN = missing); obs_record: (N,) int64 row into
-    record_ids; obs_minute: (N,) int64 minutes since admission; obs_var: (N,) int64 index into VARIABLES;
+    record_ids; obs_minute: (N,) int64 minutes since admission; obs_var: (N,) int64 index into SERIES;
     obs_value: (N,) float32; files: (R,) the record files, for messages.
     """
 
@@ -111,8 +116,6 @@ def parse_record(path: str | Path) -> tuple[int, np.ndarray, list[tuple[int, int
             desc[DESCRIPTORS.index(name)] = np.nan if value == -1 else value
         elif name in VAR_INDEX:
             obs.append((minute, VAR_INDEX[name], value))
-        elif name == "Weight":
-            continue  # Weight after admission: a descriptor in this benchmark, not one of the 36 forecast variables
         elif name in DESCRIPTORS:
             raise DatasetFormatError(path, f"{where}: general descriptor {name!r} after 00:00",
                                      "descriptors (Age, Gender, Height, ICUType) are recorded at 00:00 only")

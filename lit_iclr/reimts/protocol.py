@@ -7,26 +7,36 @@ series stays irregular), time is scaled to [0, 1] by `record_hours`, and slots a
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
-from .physionet import VARIABLES, Records
+from .physionet import SERIES, VARIABLES, Records
 
 
 def records_to_samples(records: Records, lookback_hours: float = 36, forecast_hours: float = 3,
-                       record_hours: float = 48, resolution_minutes: int = 60) -> tuple[dict, list[str]]:
+                       record_hours: float = 48, resolution_minutes: int = 60,
+                       variables: Sequence[str] = VARIABLES) -> tuple[dict, list[str]]:
     """Padded tensors {x, x_mask, x_time, y, y_mask, y_time, record_id} and the files of records that were dropped.
+
+    `variables` (names from `SERIES`) are the forecast series, in that order; observations of other series are left out.
 
     A record is dropped (and reported) when it has no observation in the lookback window or none in the forecast
     window: there is nothing to condition on, or nothing to score.
     """
-    V = len(VARIABLES)
+    unknown = sorted(set(variables) - set(SERIES))
+    if unknown:
+        raise ValueError(f"unknown variables {unknown}; PhysioNet 2012 series are {', '.join(SERIES)}")
+    V = len(variables)
+    column = np.full(len(SERIES), -1)  # SERIES index -> column of the sample tensors (-1: not forecast)
+    column[[SERIES.index(v) for v in variables]] = np.arange(V)
     n_rec = len(records.record_ids)
     res = resolution_minutes
     minute, rec = records.obs_minute.numpy(), records.obs_record.numpy()
-    var, val = records.obs_var.numpy(), records.obs_value.numpy()
+    var, val = column[records.obs_var.numpy()], records.obs_value.numpy()
     end = int(round((lookback_hours + forecast_hours) * 60))
-    keep = minute < end
+    keep = (minute < end) & (var >= 0)
     minute, rec, var, val = minute[keep], rec[keep], var[keep], val[keep]
     n_bins = -(-end // res)
     bin_ = minute // res

@@ -1,6 +1,7 @@
 """The tiny twin through the CLI, the real config parsed, and the generated default read back by the real reader."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 from lit_iclr.cli import main
 from lit_iclr.reimts import PhysioNet2012
-from lit_iclr.reimts.physionet import VARIABLES, parse_record
+from lit_iclr.reimts.physionet import REFERENCE_VARIABLES, VARIABLES, parse_record
 from tests.twin import fit_twin, metric_rows, print_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,13 @@ def test_generated_default_is_real_format_irregular_and_clean(tmp_path):
     for f in files[:5]:
         parse_record(f)  # the real parser accepts every generated file
     dm.setup("fit")
-    assert dm.n_vars == len(VARIABLES) == 36
+    # the reference code's series: the 36 + post-admission Weight, less the constant MechVent
+    assert dm.n_vars == len(REFERENCE_VARIABLES) == 36 and "Weight" in dm.variable_names
+    assert "MechVent" not in dm.variable_names and set(dm.variable_names) - {"Weight"} < set(VARIABLES)
+    # sequential split (reference code): RecordID order, train | val | test = 32 | 4 | 4 of the usable records
+    ids = {k: v.tensors["record_id"] for k, v in dm.splits.items()}
+    assert ids["train"].max() < ids["val"].min() and ids["val"].max() < ids["test"].min()
+    assert len(ids["test"]) == math.ceil(0.1 * sum(map(len, ids.values())))
     batch = next(iter(dm.train_dataloader()))
     assert set(batch) >= {"x", "x_mask", "x_time", "y", "y_mask", "y_time"}
     for k in ("x", "x_mask", "x_time", "y", "y_mask", "y_time"):

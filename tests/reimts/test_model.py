@@ -96,10 +96,11 @@ def test_single_level_reimts_is_the_backbone(backbone):
     torch.testing.assert_close(out, want)
 
 
-@pytest.mark.parametrize("backbone, periods", [("grafiti", [39.0, 24.0, 12.0]), ("mtan", [39.0, 24.0])])
-def test_parent_information_reaches_the_horizon_subsample_only_through_fusion(backbone, periods):
-    """The horizon sub-sample [36, 48) / [24, 48) holds no early observation: it can only know about hour 2 through
-    the representations passed down; with the fusion off it must not depend on it at all."""
+@pytest.mark.parametrize("backbone, periods, align", [("grafiti", [39.0, 24.0, 12.0], "start"), ("mtan", [39.0, 24.0], "start"),
+                                                      ("grafiti", [39.0, 24.0, 12.0], "end")])
+def test_parent_information_reaches_the_horizon_subsample_only_through_fusion(backbone, periods, align):
+    """The horizon sub-sample ([36, 39) / [24, 39), or [27, 39) end-aligned) holds no observation of hour 2: it can
+    only know about it through the representations passed down; with the fusion off it must not depend on it at all."""
     torch.manual_seed(0)
     x, mask, t = random_batch(B=2, V=3)
     t[:, 0] = 2 / 48
@@ -108,7 +109,7 @@ def test_parent_information_reaches_the_horizon_subsample_only_through_fusion(ba
     x2 = x.clone()
     x2[:, 0] += 5.0
     for fusion in (True, False):
-        m = ReIMTS(backbone, 3, periods, 36.0, 48.0, fusion=fusion, backbone_kwargs={"d_model": 8})
+        m = ReIMTS(backbone, 3, periods, 36.0, 48.0, fusion=fusion, backbone_kwargs={"d_model": 8}, align=align)
         with torch.no_grad():
             for p in m.parameters():  # make the gates clearly open
                 p.add_(torch.randn_like(p) * 0.3)
@@ -126,13 +127,14 @@ def test_masked_errors_ignore_unobserved_points():
     assert (se, ae, n) == (1.0 + 16.0, 1.0 + 4.0, 2.0)
 
 
-@pytest.mark.parametrize("backbone, periods", [("grafiti", [39.0, 24.0, 12.0]), ("mtan", [39.0, 24.0, 12.0]),
-                                               ("mtan", [39.0, 10.0])])
-def test_horizon_path_only_gives_the_same_forecast(backbone, periods):
+@pytest.mark.parametrize("backbone, periods, align", [
+    ("grafiti", [39.0, 24.0, 12.0], "start"), ("mtan", [39.0, 24.0, 12.0], "start"), ("mtan", [39.0, 10.0], "start"),
+    ("grafiti", [39.0, 24.0, 12.0], "end"), ("mtan", [39.0, 10.0], "end")])
+def test_horizon_path_only_gives_the_same_forecast(backbone, periods, align):
     torch.manual_seed(0)
     x, mask, t = random_batch(B=4, V=3)
     q_time, q_mask = queries(4, 3)
-    m = ReIMTS(backbone, 3, periods, 36.0, 48.0, backbone_kwargs={"d_model": 8})
+    m = ReIMTS(backbone, 3, periods, 36.0, 48.0, backbone_kwargs={"d_model": 8}, align=align)
     with torch.no_grad():
         full = m(x, mask, t, q_time, q_mask)
         path = m(x, mask, t, q_time, q_mask, horizon_only=True)

@@ -60,9 +60,10 @@ def test_parse_record_values_descriptors_and_times(tmp_path):
     assert rid == 132539
     assert desc[0] == 54 and desc[1] == 0 and desc[3] == 4
     assert math.isnan(desc[2]) and math.isnan(desc[4])  # -1 = missing descriptor
-    # Weight after admission is not one of the 36 variables; hours beyond 23 parse
+    # Weight after admission is kept as the 37th series (its 00:00 row is a descriptor); hours beyond 23 parse
     assert (35 * 60 + 59, VAR_INDEX["Temp"], 37.5) in obs and (47 * 60 + 30, VAR_INDEX["pH"], 7.4) in obs
-    assert len(obs) == 9 and all(v != 80.5 for _, _, v in obs)
+    assert (12 * 60, VAR_INDEX["Weight"], 80.5) in obs and VAR_INDEX["Weight"] == 36
+    assert len(obs) == 10
 
 
 @pytest.mark.parametrize("line, problem", [
@@ -152,3 +153,15 @@ def test_standardise_matches_numpy(tmp_path):
         vals = np.concatenate([x0[train][..., v][xm[train][..., v] > 0].numpy(), y0[train][..., v].numpy().ravel()])
         assert mean[v] == pytest.approx(vals.mean(), rel=1e-5) and std[v] == pytest.approx(vals.std(), rel=1e-4)
     assert torch.all(s["x"][xm == 0] == 0)  # unobserved stays 0, never NaN
+
+
+def test_protocol_variable_selection_keeps_weight_and_drops_the_rest(tmp_path):
+    write(tmp_path, "set-a", 132539, REC_A)
+    s, _ = records_to_samples(load_records(tmp_path), variables=("Weight", "HR"))
+    # columns in the asked order; GCS and Temp are not forecast, so hour 35 (Temp only) is no slot
+    assert s["x"].shape[-1] == 2
+    np.testing.assert_allclose(s["x_time"][0, :3], np.array([0, 1, 12]) / 48)
+    assert s["x"][0, 2, 0] == pytest.approx(80.5) and s["x"][0, 0, 1] == pytest.approx(75.0)
+    assert s["x_mask"][0].sum() == 3 and s["y_mask"][0].sum() == 1  # y: HR at 36:00 only
+    with pytest.raises(ValueError, match="unknown variables"):
+        records_to_samples(load_records(tmp_path), variables=("Pulse",))

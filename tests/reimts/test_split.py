@@ -16,6 +16,15 @@ def test_layout_of_the_paper_periods():
     assert n == [1, 4] and win[1][-1] == (30, 39)
     with pytest.raises(ValueError):
         level_layout([24, 39])
+    with pytest.raises(ValueError):
+        level_layout([39, 24], align="middle")
+
+
+def test_end_aligned_layout_puts_recent_hours_in_the_horizon_subsample():
+    # children end at the parent's end: the sub-sample holding the forecast start (36 h) also holds hours 27..36
+    n, win = level_layout([39, 24, 12], align="end")
+    assert n == [1, 2, 2]
+    assert win == [[(0, 39)], [(0, 15), (15, 39)], [(0, 3), (3, 15), (15, 27), (27, 39)]]
 
 
 def random_batch(B=5, L=14, V=3, seed=0):
@@ -28,11 +37,11 @@ def random_batch(B=5, L=14, V=3, seed=0):
     return x * mask, mask, hours / 48
 
 
-def test_split_matches_brute_force():
+@pytest.mark.parametrize("align, periods", [("start", [39, 24, 12]), ("end", [39, 24, 12]), ("end", [39, 10, 4])])
+def test_split_matches_brute_force(align, periods):
     x, mask, t = random_batch()
-    periods = [39, 24, 12]
-    levels = recursive_split(x, mask, t, periods, 48.0)
-    _, windows = level_layout(periods)
+    levels = recursive_split(x, mask, t, periods, 48.0, align)
+    _, windows = level_layout(periods, align)
     B = x.shape[0]
     for sub, win in zip(levels, windows, strict=True):
         M = len(win)
