@@ -1,21 +1,25 @@
-"""STORM vs persistence, climatology and a single-scale network of the same size, on the default planet (WB2 layout).
+"""STORM vs persistence, climatology and single-scale networks matched in parameters and in compute, on the default
+planet (WB2 layout), over several seeds with paired 95% confidence intervals.
 
-    .venv/bin/python benchmarks/storm.py            # the table in seeds/storm.md
-    .venv/bin/python benchmarks/storm.py --quick    # smoke run
+    .venv/bin/python benchmarks/storm.py --seeds 3 --jobs 3     # the tables in seeds/storm.md
+    .venv/bin/python benchmarks/storm.py --quick                # smoke run
 
-Every network is trained the same way (same data, steps, batch, optimiser, 2-step rollout loss) and evaluated on the
-test year by autoregressive rollout: latitude-weighted RMSE (normalised units, mean over channels) and ACC at 6 h and
-5 days, globally and over a regional box (regional scores of the global forecasts). Also: the multi-resolution
-consistency ||Down(y_hat_fine) - y_hat_coarse|| of STORM's heads vs. separately trained coarse models, the ablation
-without cross-scale exchange, training speed (samples/s, achieved FLOP/s vs. this machine's fp32 matmul peak measured
-in the same run) and the data loader's throughput.
+Every network is trained the same way (same data, steps, batch, optimiser, 2-step rollout loss, seed) and evaluated on
+the test year by autoregressive rollout: latitude-weighted RMSE (normalised units, mean over channels) and ACC at 6 h
+to 5 days, globally and over a regional box (regional scores of the global forecasts). Also: each coarse head of STORM
+against Down^k of its own finest forecast (does a head carry information of its own?), the ablation without
+cross-scale exchange, training FLOPs per model, speed (achieved FLOP/s vs. this machine's fp32 matmul peak measured in
+the same run) and the data loader's throughput.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import multiprocessing as mp
+import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -25,24 +29,24 @@ OUT = ROOT / "benchmarks" / "out" / "storm"
 REGION = [30.0, 72.0, 300.0, 45.0]  # North Atlantic / Europe box, crossing 0 E
 
 
-def make_data(quick: bool):
+def make_data(quick: bool, eval_stride: int = 16):
     from lit_iclr.storm import WB2WeatherData
 
     dm = WB2WeatherData(data_dir=str(ROOT / "data"), batch_size=16, eval_lead_times=[6, 24, 72, 120],
-                        eval_stride=32 if quick else 16)
+                        eval_stride=64 if quick else eval_stride)
     dm.prepare_data()
     dm.setup("fit")
     return dm
 
 
-def make_model(dm, **kw):
+def make_model(dm, seed: int = 0, **kw):
     from lit_iclr.storm import STORM
 
     args = dict(num_channels=dm.num_channels, num_static=dm.num_static, history=dm.history, latitudes=dm.latitudes,
                 longitudes=dm.longitudes, periodic=dm.periodic, channel_names=dm.channel_names, num_blocks=1,
                 hidden=[16, 24, 32], warmup_steps=30)
     args.update(kw)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     m = STORM(**args)
     m.norm_mean.copy_(torch.as_tensor(dm.stats["mean"]))
     m.norm_std.copy_(torch.as_tensor(dm.stats["std"]))
@@ -55,12 +59,12 @@ def n_params(m) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
-def train(m, dm, steps: int, lr: float = 2e-3) -> dict:
+def train(m, dm, steps: int, lr: float = 2e-3, seed: int = 0) -> dict:
     opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4)
     warm = 30
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.05 + 0.475 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=True, generator=gen,
                                          drop_last=True)
     step, t0, it = 0, time.time(), iter(loader)
@@ -84,9 +88,11 @@ def train(m, dm, steps: int, lr: float = 2e-3) -> dict:
 
 @torch.no_grad()
 def evaluate(models: dict, dm, region_idx) -> tuple[dict, dict]:
-    """Scores per forecaster: {'global'|'region': {lead_h: (rmse_norm, acc)}}; consistency per pair of resolutions."""
-    from lit_iclr.storm.metrics import WB2Scores, lat_weights
-    from lit_iclr.storm.pyramid import down
+    """Scores per forecaster: {'global'|'region': {lead_h: (rmse_norm, acc)}}; and per multi-scale model and coarse
+    head k: {lead_h: (RMSE of head k, RMSE of Down^k of the finest head, RMS of Down(head k-1) - head k)} against
+    Down^k of the truth (area-weighted Down, as the loss; latitude-weighted, normalised units, mean over channels)."""
+    from lit_iclr.storm.metrics import WB2Scores, lat_weights, spatial_mse
+    from lit_iclr.storm.pyramid import area_weights, down
 
     loader = torch.utils.data.DataLoader(dm.test_set, batch_size=16)
     leads = dm.test_set.lead_steps.tolist()
@@ -96,52 +102,39 @@ def evaluate(models: dict, dm, region_idx) -> tuple[dict, dict]:
     names = ["persistence", "climatology", *models]
     scores = {n: {"global": WB2Scores(len(leads), dm.num_channels, w), "region": WB2Scores(len(leads), dm.num_channels, wr)}
               for n in names}
-    cons = {}
+    heads_acc: dict = {}
     for m in models.values():
         m.eval()
     for b in loader:
         y, clim = b["y"], b["y_clim"]
         fc = {"persistence": b["x"][:, -1:].expand_as(y), "climatology": clim}
-        heads = {}
         for name, m in models.items():
             preds = m.rollout(m._grid(b["x"]), m._grid(b["static"]), b["init_time"], max(leads))
-            heads[name] = [[preds[k - 1][s] for k in leads] for s in range(m.S)]
-            if m.coarsen == 0:
-                fc[name] = torch.stack(heads[name][0], 1)
+            fc[name] = torch.stack([preds[k - 1][0] for k in leads], 1)
+            ws = area_weights(m.area, m.S)
+            for j, lead in enumerate(leads):
+                target, fine, wl, p = y[:, j], preds[lead - 1][0], w, preds[lead - 1]
+                for k in range(1, m.S):
+                    target, fine, wl = down(target, ws[k - 1]), down(fine, ws[k - 1]), down(wl)
+                    sums = [spatial_mse(p[k], target, wl).mean(1), spatial_mse(fine, target, wl).mean(1),
+                            spatial_mse(down(p[k - 1], ws[k - 1]), p[k], wl).mean(1)]
+                    acc = heads_acc.setdefault(name, {}).setdefault(k, {}).setdefault(lead * dm.step_hours, [0, 0, 0, 0])
+                    for i, v in enumerate(sums):
+                        acc[i] += float(v.sum())
+                    acc[3] += y.shape[0]
         for name, f in fc.items():
             scores[name]["global"].update(f, y, clim)
             sub = lambda t: t[..., ilat, :][..., ilon]
             scores[name]["region"].update(sub(f), sub(y), sub(clim))
-        # multi-resolution consistency: RMS of Down(finer) - coarser, lat-weighted, normalised units, per lead
-        for label, fine, coarse, level in _pairs(heads):
-            for j, lead in enumerate(leads):
-                wl = w
-                for _ in range(level + 1):
-                    wl = down(wl)
-                d = ((down(fine[j]) - coarse[j]) ** 2 * wl).sum((-2, -1)) / wl.sum()
-                acc = cons.setdefault(label, {}).setdefault(lead * dm.step_hours, [0.0, 0])
-                acc[0] += float(d.mean(1).sum())
-                acc[1] += d.shape[0]
     out = {}
     for name in names:
         out[name] = {}
         for where in ("global", "region"):
             r, a = scores[name][where].compute()
             out[name][where] = {lead * dm.step_hours: (float(r[j].mean()), float(a[j].mean())) for j, lead in enumerate(leads)}
-    cons = {k: {h: math.sqrt(s / n) for h, (s, n) in v.items()} for k, v in cons.items()}
-    return out, cons
-
-
-def _pairs(heads: dict):
-    """(label, finer forecasts, coarser forecasts, level of the finer grid) for STORM's heads and separate models."""
-    if "STORM" in heads:
-        h = heads["STORM"]
-        for s in range(len(h) - 1):
-            yield f"STORM heads {s}->{s + 1}", h[s], h[s + 1], s
-    chain = [heads.get(n) for n in ("single-scale", "separate coarse x2", "separate coarse x4")]
-    if all(c is not None for c in chain):
-        for s in range(2):
-            yield f"separate models {s}->{s + 1}", chain[s][0], chain[s + 1][0], s
+    heads = {name: {k: {h: [math.sqrt(v / n) for v in acc[:3]] for h, (*acc, n) in per_k.items()}
+                    for k, per_k in per_model.items()} for name, per_model in heads_acc.items()}
+    return out, heads
 
 
 def matmul_peak(seconds: float = 3.0, n: int = 1024) -> float:
@@ -155,8 +148,19 @@ def matmul_peak(seconds: float = 3.0, n: int = 1024) -> float:
     return 2 * n**3 * reps / (time.time() - t0)
 
 
+def step_flops(m, dm, batch_size: int = 2) -> float:
+    """FLOPs per sample of one training step (forward + backward of the 2-step rollout loss, counted by torch)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=batch_size)))
+    with FlopCounterMode(display=False) as fc:
+        m.training_step(b, 0).backward()
+    m.zero_grad()
+    return fc.get_total_flops() / batch_size
+
+
 def train_flops(m, dm) -> tuple[float, float]:
-    """FLOPs of one training step (forward + backward, counted by torch) and its time."""
+    """FLOPs of one training step of a full batch (forward + backward, counted by torch) and its time."""
     from torch.utils.flop_counter import FlopCounterMode
 
     b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size)))
@@ -210,77 +214,129 @@ def figures(models, dm, results, cons):
     plt.close(fig)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--steps", type=int, default=None)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    steps = args.steps or (20 if args.quick else 200)
-    t_all = time.time()
-    dm = make_data(args.quick)
+def model_specs(dm, names: list[str]) -> dict[str, dict]:
+    """STORM, its ablation, and the single-scale network at the width matching STORM's parameters or its training
+    FLOPs (searched over widths; the FLOPs are counted by torch on the same training step)."""
+    storm = make_model(dm)
+    target_p, target_f = n_params(storm), step_flops(storm, dm)
+    widths = range(8, 96, 2)
+    w_par = min(widths, key=lambda wd: abs(n_params(make_model(dm, num_scales=1, hidden=[wd])) - target_p))
+    flops = {wd: step_flops(make_model(dm, num_scales=1, hidden=[wd]), dm) for wd in range(8, w_par + 1, 4)}
+    w_flop = min(flops, key=lambda wd: abs(flops[wd] - target_f))
+    specs = {"STORM": {}, "STORM w/o cross-scale": dict(cross_scale=False),
+             f"single-scale, same params (width {w_par})": dict(num_scales=1, hidden=[w_par]),
+             f"single-scale, same FLOPs (width {w_flop})": dict(num_scales=1, hidden=[w_flop])}
+    return {k: v for k, v in specs.items() if any(k.startswith(n) for n in names)}
+
+
+def run_seed(seed: int, args) -> dict:
+    """Train and evaluate every model for one seed (one process, one thread)."""
     import numpy as np
 
     from lit_iclr.storm.wb2 import region_index
 
+    torch.set_num_threads(1)
+    dm = make_data(args.quick, args.eval_stride)
     ilat, ilon = region_index(np.array(dm.latitudes), np.array(dm.longitudes), REGION)
-    storm = make_model(dm)
-    target = n_params(storm)
-    # single-scale network of the same parameter count: one width, searched to match
-    width = min(range(8, 96), key=lambda wd: abs(n_params(make_model(dm, num_scales=1, hidden=[wd])) - target))
-    specs = {
-        "STORM": {},
-        "STORM w/o cross-scale": dict(cross_scale=False),
-        "single-scale": dict(num_scales=1, hidden=[width]),
-        "separate coarse x2": dict(num_scales=1, hidden=[width], coarsen=1),
-        "separate coarse x4": dict(num_scales=1, hidden=[width], coarsen=2),
-    }
-    models, train_info = {}, {}
-    for name, kw in specs.items():
-        m = storm if name == "STORM" else make_model(dm, **kw)
-        train_info[name] = {"params": n_params(m), **train(m, dm, steps)}
+    models, info = {}, {}
+    for name, kw in model_specs(dm, args.models).items():
+        m = make_model(dm, seed, **kw)
+        info[name] = {"params": n_params(m), "gflop_per_sample": step_flops(m, dm) / 1e9,
+                      **train(m, dm, args.steps, seed=seed)}
         models[name] = m
-        print(f"trained {name}: {train_info[name]}", flush=True)
-    results, cons = evaluate(models, dm, (ilat, ilon))
-    peak = matmul_peak()
-    flops, step_s = train_flops(storm, dm)
-    load = loader_rate(dm)
-    figures({k: v for k, v in models.items()}, dm, {k: v for k, v in results.items() if "coarse" not in k}, cons)
-    short, long_ = 6, max(results["STORM"]["global"])
-    print(f"\nSTORM benchmark ({'quick' if args.quick else 'full'}; {steps} training steps x batch {dm.batch_size}, "
-          f"test year {dm.test_period}, {len(dm.test_set)} initialisations; regional box {REGION})\n")
-    print(f"| forecaster | params | global RMSE {short} h | global ACC {short} h | global RMSE {long_} h | "
-          f"global ACC {long_} h | region RMSE {short} h | region RMSE {long_} h | region ACC {long_} h |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, r in results.items():
-        if "coarse" in name:
+        print(f"seed {seed} trained {name}: {info[name]}", flush=True)
+    results, heads = evaluate(models, dm, (ilat, ilon))
+    out = {"results": results, "heads": heads, "train": info}
+    if seed == 0 and not args.quick:
+        peak = matmul_peak()
+        flops, step_s = train_flops(models["STORM"], dm)
+        load = loader_rate(dm)
+        out["speed"] = {"samples_per_s": dm.batch_size / step_s, "flops": flops, "step_s": step_s, "peak": peak,
+                        "loader": load, "batch": dm.batch_size}
+        figures(models, dm, results, None)
+    return out
+
+
+def report(per_seed: list[dict], args) -> str:
+    from lit_iclr.core.stats import paired_ci
+
+    def ms(v):
+        return f"{statistics.mean(v):.4f} ± {statistics.stdev(v) if len(v) > 1 else 0.0:.4f}"
+
+    names = list(per_seed[0]["results"])
+    hs = sorted(per_seed[0]["results"]["STORM"]["global"], key=float)
+    get = lambda n, where, h, i: [ps["results"][n][where][h][i] for ps in per_seed]  # noqa: E731
+    info = per_seed[0]["train"]
+    out = [f"{len(per_seed)} seed(s), {args.steps} training steps x batch 16, test year 2003, mean ± std over seeds\n",
+           "| forecaster | params | train GFLOP / sample | " + " | ".join(f"global RMSE {h} h" for h in hs)
+           + f" | global ACC {hs[-1]} h | region RMSE {hs[0]} h | region RMSE {hs[-1]} h |",
+           "|---|---|---|" + "---|" * (len(hs) + 3)]
+    for n in names:
+        p = f"{info[n]['params']:,}" if n in info else "0"
+        g = f"{info[n]['gflop_per_sample']:.3f}" if n in info else "-"
+        out.append(f"| {n} | {p} | {g} | " + " | ".join(ms(get(n, "global", h, 0)) for h in hs)
+                   + f" | {ms(get(n, 'global', hs[-1], 1))} | {ms(get(n, 'region', hs[0], 0))} | "
+                   f"{ms(get(n, 'region', hs[-1], 0))} |")
+    out += ["", "Paired difference of global RMSE, STORM - baseline (negative: STORM better), 95% CI over seeds:", "",
+            "| baseline | " + " | ".join(f"{h} h" for h in hs) + " |", "|---|" + "---|" * len(hs)]
+    for n in names:
+        if n in ("STORM",):
             continue
-        g, rg = r["global"], r["region"]
-        p = train_info.get(name, {}).get("params", 0)
-        print(f"| {name} | {p} | {g[short][0]:.4f} | {g[short][1]:.4f} | {g[long_][0]:.4f} | {g[long_][1]:.4f} | "
-              f"{rg[short][0]:.4f} | {rg[long_][0]:.4f} | {rg[long_][1]:.4f} |")
-    print("\nRMSE: latitude-weighted, in units of each channel's training std, mean over the 6 channels.\n")
-    hs = sorted(next(iter(cons.values())))
-    print("| multi-resolution consistency RMS | " + " | ".join(f"{h} h" for h in hs) + " |")
-    print("|---|" + "---|" * len(hs))
-    for label, v in cons.items():
-        print(f"| {label} | " + " | ".join(f"{v[h]:.4f}" for h in hs) + " |")
-    full = {h: results["STORM"]["global"][h][0] for h in hs}
-    print("\n| per-lead gap (global RMSE) | " + " | ".join(f"{h} h" for h in hs) + " |")
-    print("|---|" + "---|" * len(hs))
-    for name in ("single-scale", "STORM w/o cross-scale", "persistence"):
-        print(f"| {name} / STORM | " + " | ".join(f"{results[name]['global'][h][0] / full[h]:.3f}" for h in hs) + " |")
-    sps = dm.batch_size / step_s
-    print(f"\n| speed (1 thread) | value |\n|---|---|\n| STORM training samples/s | {sps:.1f} |\n"
-          f"| train-step FLOPs per sample (fwd+bwd, 2-step rollout) | {flops / dm.batch_size / 1e9:.2f} GFLOP |\n"
-          f"| achieved FLOP/s | {flops / step_s / 1e9:.2f} GFLOP/s |\n| fp32 matmul peak (1024^2, same run) | "
-          f"{peak / 1e9:.2f} GFLOP/s |\n| fraction of peak | {flops / step_s / peak:.3f} |\n"
-          f"| loader samples/s (in-memory) | {load:.0f} ({load / sps:.0f}x the training step) |")
-    print(f"\ntotal {time.time() - t_all:.0f} s")
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps({"results": results, "consistency": cons, "train": train_info,
-                                                  "speed": {"samples_per_s": sps, "flops": flops, "peak": peak,
-                                                            "loader": load}}, indent=1, default=str))
+        out.append(f"| {n} | " + " | ".join(str(paired_ci(get("STORM", "global", h, 0), get(n, "global", h, 0)))
+                                           for h in hs) + " |")
+    heads = [ps["heads"]["STORM"] for ps in per_seed]
+    out += ["", "STORM's coarse heads vs Down^k of its own finest forecast (RMSE against Down^k of the truth) and the "
+            "consistency RMS of Down(head k-1) - head k:", "",
+            "| head | lead | head RMSE | Down^k(fine) RMSE | paired difference head - Down^k(fine), 95% CI | consistency RMS |",
+            "|---|---|---|---|---|---|"]
+    for k in sorted(heads[0], key=int):
+        for h in hs:
+            a = [hd[k][h][0] for hd in heads]
+            b = [hd[k][h][1] for hd in heads]
+            c = [hd[k][h][2] for hd in heads]
+            out.append(f"| {k} | {h} h | {ms(a)} | {ms(b)} | {paired_ci(a, b)} | {ms(c)} |")
+    out += ["", "| training time (s, same process per seed; load varies) | "
+            + " | ".join(info) + " |", "|---|" + "---|" * len(info),
+            "| mean over seeds | " + " | ".join(f"{statistics.mean(ps['train'][n]['seconds'] for ps in per_seed):.0f}"
+                                                for n in info) + " |"]
+    sp = per_seed[0].get("speed")
+    if sp:
+        sps = sp["samples_per_s"]
+        out.append(f"\n| speed (1 thread, seed 0) | value |\n|---|---|\n| STORM training samples/s | {sps:.1f} |\n"
+                   f"| train-step FLOPs per sample (fwd+bwd, 2-step rollout) | {sp['flops'] / sp['batch'] / 1e9:.2f} GFLOP |\n"
+                   f"| achieved FLOP/s | {sp['flops'] / sp['step_s'] / 1e9:.2f} GFLOP/s |\n"
+                   f"| fp32 matmul peak (1024^2, same run) | {sp['peak'] / 1e9:.2f} GFLOP/s |\n"
+                   f"| fraction of peak | {sp['flops'] / sp['step_s'] / sp['peak']:.3f} |\n"
+                   f"| loader samples/s (in-memory) | {sp['loader']:.0f} ({sp['loader'] / sps:.0f}x the training step) |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 20 steps, 1 seed, few initialisations")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=1, help="seeds run in this many processes (1 thread each)")
+    ap.add_argument("--eval_stride", type=int, default=16, help="one test initialisation every this many 6-h steps")
+    ap.add_argument("--models", nargs="*", default=["STORM", "single-scale"],
+                    help="name prefixes: STORM, 'STORM w/o', single-scale")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+    if args.quick:
+        args.steps, args.seeds = 20, 1
+    torch.set_num_threads(1)
+    t_all = time.time()
+    make_data(args.quick, args.eval_stride)  # generate / cache the statistics once, before the workers start
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+            per_seed = list(ex.map(run_seed, range(args.seeds), [args] * args.seeds))
+    else:
+        per_seed = [run_seed(seed, args) for seed in range(args.seeds)]
+    table = report(per_seed, args)
+    print("\n" + table + f"\n\ntotal {time.time() - t_all:.0f} s")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"args": vars(args), "per_seed": per_seed}, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -42,13 +42,16 @@ class ConvGRU(nn.Module):
         self.gates = SphereConv(cin + ch, 2 * ch, 3, periodic, pole_sign)
         self.cand = SphereConv(cin + ch, ch, 3, periodic, pole_sign)
 
-    def forward(self, seq: torch.Tensor) -> torch.Tensor:  # (B, T, cin, H, W) -> (B, ch, H, W)
+    def forward(self, seq: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, cin, H, W) new frames, h the state after the frames before them (None: start from 0) ->
+        (features, state), both the new state (B, ch, H, W)."""
         B, T, _, H, W = seq.shape
-        h = seq.new_zeros(B, self.ch, H, W)
-        for t in range(T):  # T is the short history window (2-4 steps)
+        if h is None:
+            h = seq.new_zeros(B, self.ch, H, W)
+        for t in range(T):  # T is the short history window (2-4 steps), or 1 when the state is carried
             z, r = torch.sigmoid(self.gates(torch.cat([seq[:, t], h], 1))).chunk(2, 1)
             h = (1 - z) * h + z * torch.tanh(self.cand(torch.cat([seq[:, t], r * h], 1)))
-        return h
+        return h, h
 
 
 class TemporalAttention(nn.Module):
@@ -62,13 +65,18 @@ class TemporalAttention(nn.Module):
         self.attn = nn.MultiheadAttention(ch, heads if ch % heads == 0 else 1, batch_first=True)
         self.norm = nn.LayerNorm(ch)
 
-    def forward(self, seq: torch.Tensor) -> torch.Tensor:
+    def forward(self, seq: torch.Tensor, cache: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, cin, H, W) new frames and the cached embeddings of the frames before them -> (features of the
+        last frame, embeddings of the last `history` frames: the state carried to the next step)."""
         B, T, _, H, W = seq.shape
         e = self.embed(seq.flatten(0, 1)).unflatten(0, (B, T))           # (B, T, ch, H, W)
+        if cache is not None:  # only the new frame is embedded; the window slides over the cached ones
+            e = torch.cat([cache, e], 1)[:, -self.pos.shape[0]:]
+        B, T = e.shape[:2]
         tok = e.permute(0, 3, 4, 1, 2).reshape(B * H * W, T, -1) + self.pos[:T]
         q = self.norm(tok)
         out = tok + self.attn(q, q, q, need_weights=False)[0]
-        return out[:, -1].reshape(B, H, W, -1).permute(0, 3, 1, 2)
+        return out[:, -1].reshape(B, H, W, -1).permute(0, 3, 1, 2), e
 
 
 class ResBlock(nn.Module):
@@ -152,7 +160,16 @@ class STORMNet(nn.Module):
     def forward(self, x: torch.Tensor, static: torch.Tensor, forcing: torch.Tensor) -> list[torch.Tensor]:
         """x (B, T, C, H, W), static (B, S_c, H, W), forcing (B, T+1, F, H, W) -> increments [inc^(0), ..., inc^(S-1)]
         with inc^(s) of shape (B, C, H / 2^s, W / 2^s)."""
+        return self.advance(x, static, forcing)[0]
+
+    def advance(self, x: torch.Tensor, static: torch.Tensor, forcing: torch.Tensor, state: list | None = None
+                ) -> tuple[list[torch.Tensor], list]:
+        """Like `forward`, continuing the per-scale encoder `state` of the frames before x (None: x is the whole
+        history); returns (increments, new state). A rollout feeds only its newest forecast frame with the state of
+        the previous step instead of re-encoding the whole window: the encoders' memory runs through the rollout."""
         T = x.shape[1]
+        state = state or [None] * self.S
+        new_state = []
         ws = area_weights(self.area, self.S)
         bands = decompose(x, self.S, self.periodic, self.decomposition, self.area, self.pole_sign)
         h = []
@@ -161,7 +178,9 @@ class STORMNet(nn.Module):
             if s:
                 st, fo = down(st, ws[s - 1]), down(fo, ws[s - 1])
             inp = torch.cat([bands[s], st[:, None].expand(-1, T, -1, -1, -1), fo[:, :T]], 2)
-            h.append(self.encoders[s](inp) + self.target_forcing[s](fo[:, T]))
+            feat, st_s = self.encoders[s](inp, state[s])
+            new_state.append(st_s)
+            h.append(feat + self.target_forcing[s](fo[:, T]))
         for k, blocks in enumerate(self.blocks):
             h = [blk(hs) for blk, hs in zip(blocks, h, strict=True)]
             if self.exchange is not None:
@@ -170,4 +189,4 @@ class STORMNet(nn.Module):
         inc = [r[-1]]
         for s in reversed(range(self.S - 1)):  # Laplacian synthesis, coarse to fine
             inc.insert(0, up(inc[0], self.periodic, self.pole_sign) + r[s])
-        return inc
+        return inc, new_state

@@ -23,7 +23,8 @@ class STORM(BaseModule):
                  channel_names: list[str] | None = None, step_hours: int = 6,
                  num_scales: int = 3, hidden: list[int] | None = None, num_blocks: int = 2, cross_scale: bool = True,
                  decomposition: str = "laplacian", encoder: str = "convgru", consistency_weight: float = 0.1,
-                 scale_weights: list[float] | None = None, detach_rollout: bool = False, coarsen: int = 0,
+                 scale_weights: list[float] | None = None, detach_rollout: bool = False, carry_state: bool = True,
+                 coarsen: int = 0,
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=1e-4),
                  warmup_steps: int = 100, plot_channel: int = 0):
         """
@@ -45,6 +46,8 @@ class STORM(BaseModule):
             consistency_weight: lambda_c of ||Down(y_hat^(s)) - y_hat^(s+1)||^2.
             scale_weights: w_s of the per-resolution losses (default 1 for every scale).
             detach_rollout: Stop gradients between rollout steps (cheaper, shorter memory).
+            carry_state: Carry the encoders' state through the rollout (each step encodes only the newest frame);
+                False re-encodes the whole history window at every step.
             coarsen: Train and evaluate on the grid coarsened 2^coarsen times (separately trained resolutions).
             optimizer: Optimizer factory.
             warmup_steps: Linear warm-up steps before the cosine decay of the learning rate.
@@ -120,29 +123,33 @@ class STORM(BaseModule):
         return torch.cat([season, day], 2)
 
     # ------------------------------------------------------------ forecast
-    def step(self, window: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor) -> list[torch.Tensor]:
-        """One model step: window (B, T, C, H, W) ending at `init_hours` -> forecasts at every resolution, finest first
-        (y_hat^(s) = Down^s(x_t) + inc^(s) * tendency scale)."""
+    def step(self, window: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor, state: list | None = None
+             ) -> tuple[list[torch.Tensor], list]:
+        """One model step: window (B, T, C, H, W) ending at `init_hours` (with `state`: the new frames only) ->
+        (forecasts at every resolution, finest first, y_hat^(s) = Down^s(x_t) + inc^(s) * tendency scale; encoder state)."""
         T = window.shape[1]
         hours = init_hours[:, None] + self.hparams.step_hours * torch.arange(-T + 1, 2, device=window.device)
-        inc = self.net(window, static, self.forcings(hours))
+        inc, state = self.net.advance(window, static, self.forcings(hours), state)
         scale = self.diff_scale[:, None, None]
         base, out, ws = window[:, -1], [], area_weights(self.area, self.S)
         for s in range(self.S):
             if s:
                 base = down(base, ws[s - 1])
             out.append(base + inc[s] * scale)
-        return out
+        return out, state
 
     def rollout(self, x: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor, n_steps: int,
                 detach: bool = False) -> list[list[torch.Tensor]]:
         """Autoregressive forecasts for steps 1..n_steps; each entry lists the resolutions (finest first)."""
-        preds, window, t = [], x, init_hours
+        preds, window, t, state = [], x, init_hours, None
+        carry = self.hparams.get("carry_state", True)
         for _ in range(n_steps):
-            out = self.step(window, static, t)
+            out, new_state = self.step(window if state is None else window[:, -1:], static, t, state)
             preds.append(out)
             nxt = out[0].detach() if detach else out[0]
             window = torch.cat([window[:, 1:], nxt[:, None]], 1)
+            if carry:  # the next step encodes only `nxt`, continuing from the state after the frames before it
+                state = [st.detach() for st in new_state] if detach else new_state
             t = t + self.hparams.step_hours
         return preds
 

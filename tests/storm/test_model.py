@@ -29,7 +29,7 @@ def test_heads_at_every_resolution_and_consistency_term_matches_definition():
     m = module()
     b = batch()
     with torch.no_grad():
-        out = m.step(b["x"], b["static"], b["init_time"])
+        out = m.step(b["x"], b["static"], b["init_time"])[0]
     assert [o.shape[-2:] for o in out] == [(16, 32), (8, 16), (4, 8)]
     fit, cons = m.multires_loss(out, b["y"][:, 0])
     w = m.w
@@ -53,7 +53,7 @@ def test_coarse_heads_are_reported_next_to_the_downsampled_finest_forecast():
     m = module()
     b = batch()
     with torch.no_grad():
-        out = m.step(b["x"], b["static"], b["init_time"])
+        out = m.step(b["x"], b["static"], b["init_time"])[0]
         got = m.coarse_rmse(out, b["y"][:, 0])
     lat = torch.tensor([-84.375 + 11.25 * i for i in range(16)], dtype=torch.float64)
     a0 = torch.cos(torch.deg2rad(lat))
@@ -85,15 +85,31 @@ def test_wind_channels_flip_sign_across_the_pole_in_the_network():
 
 
 def test_rollout_feeds_its_own_forecast_back():
-    m = module()
+    """Without carried state each step re-encodes the last `history` frames; with it (the default) the ConvGRU's
+    memory runs through the rollout, so step 2 equals encoding the whole trajectory x_{t-1}, x_t, y_hat_{t+1} at once."""
+    b = batch()
+    for carry in (False, True):
+        m = module(carry_state=carry)
+        with torch.no_grad():
+            preds = m.rollout(b["x"], b["static"], b["init_time"], 2)
+            first = m.step(b["x"], b["static"], b["init_time"])[0][0]
+            frames = torch.cat([b["x"], first[:, None]], 1)
+            second = m.step(frames if carry else frames[:, 1:], b["static"], b["init_time"] + 6)[0][0]
+        torch.testing.assert_close(preds[0][0], first)
+        torch.testing.assert_close(preds[1][0], second)
+        if carry:  # and it is not what re-encoding the window gives
+            assert not torch.allclose(second, m.step(frames[:, 1:], b["static"], b["init_time"] + 6)[0][0])
+
+
+def test_carried_attention_cache_equals_re_encoding_the_window():
+    # the attention encoder's state is the embeddings of the last `history` frames: carrying it is exact
     b = batch()
     with torch.no_grad():
-        preds = m.rollout(b["x"], b["static"], b["init_time"], 2)
-        first = m.step(b["x"], b["static"], b["init_time"])[0]
-        window = torch.cat([b["x"][:, 1:], first[:, None]], 1)
-        second = m.step(window, b["static"], b["init_time"] + 6)[0]
-    torch.testing.assert_close(preds[0][0], first)
-    torch.testing.assert_close(preds[1][0], second)
+        a = module(encoder="attention", carry_state=True).rollout(b["x"], b["static"], b["init_time"], 3)
+        c = module(encoder="attention", carry_state=False).rollout(b["x"], b["static"], b["init_time"], 3)
+    for pa, pc in zip(a, c, strict=True):
+        for sa, sc in zip(pa, pc, strict=True):
+            torch.testing.assert_close(sa, sc)
 
 
 def test_training_reduces_the_loss_and_gradients_reach_every_scale():
@@ -119,7 +135,7 @@ def test_ablations_and_single_scale_and_spectral_options():
     single = module(num_scales=1, hidden=[12])
     b = batch()
     with torch.no_grad():
-        assert len(single.step(b["x"], b["static"], b["init_time"])) == 1
+        assert len(single.step(b["x"], b["static"], b["init_time"])[0]) == 1
         spec = module(decomposition="spectral", encoder="attention")
         assert spec(b["x"], b["static"], b["init_time"], 2).shape == (2, 2, 3, 16, 32)
 
