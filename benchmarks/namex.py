@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from lit_iclr.core.figures import plt
+from lit_iclr.core.stats import paired_ci
 from lit_iclr.namex.ffn import MergeOptions, MergingFFN
 from lit_iclr.namex.model import MoETextTransformer, MoEViT, aux_loss, contribution_spread
 from lit_iclr.namex.module import FASHION_MEAN, FASHION_STD
@@ -42,6 +43,11 @@ VARIANTS = {
     "namex (no momentum)": MergeOptions(mode="namex", beta_abs=0.0),
     "namex (complex momentum)": MergeOptions(mode="namex", **BETA),
 }
+# complex momentum's step size gamma and |beta| (arg(beta) = pi/8), swept on the image task (ranked by validation accuracy);
+# "namex (complex momentum)" and "namex (no momentum)" above are its points gamma 0.5, |beta| 0.9 and 0
+SWEEP = {f"namex (gamma {g}, |beta| {b})": MergeOptions(mode="namex", gamma=g, beta_abs=b, beta_phase=math.pi / 8)
+         for g in (0.25, 0.5) for b in (0.0, 0.3, 0.6, 0.9) if (g, b) not in ((0.5, 0.0), (0.5, 0.9))}
+ALL_VARIANTS = {**VARIANTS, **SWEEP}
 FIG = ROOT / "seeds" / "figures"
 OUT = ROOT / "benchmarks" / "out" / "namex"  # one JSON per (task, variant, seed): runs can be split and resumed
 LEGACY = {"camex": "camex (curvature off)"}  # results stored before the label said that its curvature was off
@@ -78,7 +84,7 @@ def image_task(variant: str, seed: int, cfg: dict) -> dict:
     dm.setup("fit")
     dm.setup("test")
     torch.manual_seed(seed)
-    net = MoEViT(10, 28, 7, 1, cfg["dim"], cfg["depth"], 4, 2.0, 0.0, VARIANTS[variant])
+    net = MoEViT(10, 28, 7, 1, cfg["dim"], cfg["depth"], 4, 2.0, 0.0, ALL_VARIANTS[variant])
     x, y = dm.train_set.images, dm.train_set.labels
     per_epoch = len(y) // cfg["batch"]
     g = torch.Generator().manual_seed(seed)
@@ -94,6 +100,8 @@ def image_task(variant: str, seed: int, cfg: dict) -> dict:
     net.eval()
     acc = {}
     with torch.no_grad():
+        val = dm.val_set  # model selection (the momentum sweep) reads this, never the test sets
+        acc_val = float((net((val.images - FASHION_MEAN) / FASHION_STD).argmax(-1) == val.labels).float().mean())
         for name, ds in zip(dm.test_names, dm.test_sets, strict=True):
             logits = torch.cat([net((ds.images[i: i + 500] - FASHION_MEAN) / FASHION_STD)
                                 for i in range(0, len(ds), 500)])
@@ -101,7 +109,7 @@ def image_task(variant: str, seed: int, cfg: dict) -> dict:
             if name == "clean":
                 spread = contribution_spread(net)
     corrupted = [a for k, a in acc.items() if k != "clean"]
-    return {"acc_clean": acc["clean"], "acc_corrupted": float(np.mean(corrupted)), "per_corruption": acc,
+    return {"acc_val": acc_val, "acc_clean": acc["clean"], "acc_corrupted": float(np.mean(corrupted)), "per_corruption": acc,
             "losses": losses, "spread": spread, "train_s": seconds,
             "params": sum(p.numel() for p in net.parameters())}
 
@@ -179,7 +187,7 @@ def load_results(tasks) -> dict:
     for f in sorted(OUT.glob("*.json")):
         r = json.loads(f.read_text())
         r["variant"] = LEGACY.get(r["variant"], r["variant"])
-        if r["task"] in tasks and r["variant"] in VARIANTS:
+        if r["task"] in tasks and r["variant"] in ALL_VARIANTS:
             results.setdefault(r["task"], {}).setdefault(r["variant"], {})[r["seed"]] = r
     return results
 
@@ -229,7 +237,7 @@ def ema_curve(losses, ema=0.9):
 
 def fmt(values, scale=1.0, digits=2):
     v = np.asarray(values, dtype=float) * scale
-    return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
 
 
 def main():
@@ -240,6 +248,9 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma list of variant names to run")
     ap.add_argument("--resume", action="store_true", help="skip jobs whose result is already in benchmarks/out/namex")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sweep", action="store_true", help="also run the momentum grid (image task) and print its table")
+    ap.add_argument("--sweep-seeds", type=int, default=3)
+    ap.add_argument("--no-speed", action="store_true", help="skip the layer timing table")
     ap.add_argument("--tasks", default="image,lm,topic", help="comma list of image, lm, topic (speed always runs)")
     args = ap.parse_args()
     cfg = dict(train_size=5000, test_size=1000, severities=[3], dim=48, depth=4, batch=64, epochs=2,
@@ -248,10 +259,17 @@ def main():
         cfg.update(train_size=256, test_size=128, epochs=1, lm_steps=4, eval_blocks=8, per_class=4, topic_epochs=1)
         args.seeds = args.lm_seeds = 1
     tasks = [t for t in args.tasks.split(",") if t in TASKS]  # e.g. --tasks speed: only the timing table
-    variants = [v for v in args.variants.split(",") if v in VARIANTS]
+    sep = ";" if ";" in args.variants else ","  # the sweep's names hold commas: list them with ";"
+    variants = [v for v in args.variants.split(sep) if v in ALL_VARIANTS]
+    if args.sweep:
+        variants += [v for v in SWEEP if v not in variants]
     OUT.mkdir(parents=True, exist_ok=True)
-    jobs = [(t, v, s, cfg) for t in tasks for s in range(args.seeds if t != "lm" else args.lm_seeds) for v in variants
-            if not (args.resume and job_file(t, v, s).exists())]
+    def n_seeds(t, v):
+        return args.lm_seeds if t == "lm" else args.sweep_seeds if v in SWEEP else args.seeds
+
+    jobs = [(t, v, s, cfg) for t in tasks for v in variants for s in range(n_seeds(t, v))
+            if (t == "image" or v not in SWEEP) and not (args.resume and job_file(t, v, s).exists())]
+    jobs.sort(key=lambda j: j[2])  # seed-major: every variant gets seed 0 before any gets seed 1
     if "lm" in tasks or "topic" in tasks:  # build the corpus cache once, before the workers race for it
         from lit_iclr.core.corpus import CorpusDataModule
         CorpusDataModule(data_dir=str(ROOT / "data"), seq_len=cfg["seq_len"], vocab_size=cfg["vocab"]).prepare_data()
@@ -263,7 +281,7 @@ def main():
                       + ", ".join(f"{k}={v:.4f}" for k, v in out.items() if isinstance(v, float)), flush=True)
     wall = time.perf_counter() - t0
     results = load_results(args.tasks.split(","))
-    speed = time_layers(3 if args.quick else 10)
+    speed = {} if args.no_speed else time_layers(3 if args.quick else 10)
 
     # ---- main table
     print(f"\n## Accuracy / perplexity (mean ± std over seeds; this invocation {wall / 60:.1f} min, "
@@ -280,6 +298,11 @@ def main():
                  fmt([r["ppl"] for r in lm.values()], 1, 1) if lm else "-",
                  fmt([r["topic_acc"] for r in top.values()], 100) if top else "-"]
         print(f"| {v} | " + " | ".join(cells) + " |")
+
+    if "image" in results:
+        headline(results["image"])
+        if any(v in results["image"] for v in SWEEP):
+            sweep_table(results["image"])
 
     # ---- claim (ii): complex momentum reaches a training loss in fewer steps
     print("\n## Steps to reach a training loss (EMA 0.9); threshold = loss NAMEx-without-momentum reaches at 50 % "
@@ -311,15 +334,53 @@ def main():
             print(f"| {v} | {fmt([s[0] for s in sp], 1, 3)} | {fmt([s[1] for s in sp], 1, 3)} |")
 
     # ---- speed
-    print("\n## Forward+backward of a 2-layer FFN stack (B=16, T=128, D=128, expert H=256, 4 experts; 1 thread)\n")
-    ref_dense, ref_smoe = speed["dense (one expert's width)"], speed["smoe (top-2)"]
-    print("| layer | ms | / dense (one expert) | / SMoE top-2 |")
-    print("|---|---|---|---|")
-    for name, s in speed.items():
-        print(f"| {name} | {s * 1e3:.1f} | {s / ref_dense:.2f} | {s / ref_smoe:.2f} |")
+    if speed:
+        print("\n## Forward+backward of a 2-layer FFN stack (B=16, T=128, D=128, expert H=256, 4 experts; 1 thread)\n")
+        ref_dense, ref_smoe = speed["dense (one expert's width)"], speed["smoe (top-2)"]
+        print("| layer | ms | / dense (one expert) | / SMoE top-2 |")
+        print("|---|---|---|---|")
+        for name, s in speed.items():
+            print(f"| {name} | {s * 1e3:.1f} | {s / ref_dense:.2f} | {s / ref_smoe:.2f} |")
 
     if not args.quick:
         plot(results, cfg)
+
+
+HEADLINE = "namex (no momentum)"
+
+
+def headline(img: dict) -> None:
+    """NAMEx minus each baseline, per seed, on clean and corrupted accuracy: paired 95% t intervals."""
+    print(f"\n## Paired differences, {HEADLINE} minus baseline (accuracy points, 95% CI over the seeds both ran)\n")
+    print("| baseline | seeds | Δ clean acc | Δ corrupted acc |")
+    print("|---|---|---|---|")
+    ref = img.get(HEADLINE, {})
+    for v in [v for v in VARIANTS if v != HEADLINE] + [v for v in SWEEP if v in img]:
+        common = sorted(set(ref) & set(img.get(v, {})))
+        if len(common) < 2:
+            continue
+        cells = [str(paired_ci([100 * ref[s][k] for s in common], [100 * img[v][s][k] for s in common]))
+                 for k in ("acc_clean", "acc_corrupted")]
+        print(f"| {v} | {len(common)} | " + " | ".join(cells) + " |")
+
+
+def sweep_table(img: dict) -> None:
+    """Complex momentum's gamma and |beta| (arg pi/8), ranked by seed-0 validation accuracy (every point ran seed 0;
+    model selection reads the validation images only)."""
+    grid = {"namex (no momentum)": VARIANTS["namex (no momentum)"],
+            "namex (complex momentum)": VARIANTS["namex (complex momentum)"], **SWEEP}
+    rows = []
+    for v, o in grid.items():
+        runs = img.get(v, {})
+        if 0 in runs and "acc_val" in runs[0]:
+            acc = {k: [100 * r[k] for r in runs.values() if k in r] for k in ("acc_val", "acc_clean", "acc_corrupted")}
+            rows.append((100 * runs[0]["acc_val"], v, o, acc, len(runs)))
+    print("\n## Momentum sweep (image task; ranked by seed-0 validation accuracy, 500 held-out training images)\n")
+    print("| variant | gamma | abs(beta) | val acc % (seed 0) | seeds | val acc % | clean acc % | corrupted acc % |")
+    print("|---|---|---|---|---|---|---|---|")
+    for val0, v, o, acc, n in sorted(rows, key=lambda r: -r[0]):
+        print(f"| {v} | {o.gamma} | {o.beta_abs} | {val0:.1f} | {n} | " + " | ".join(
+            fmt(acc[k]) if acc[k] else "-" for k in ("acc_val", "acc_clean", "acc_corrupted")) + " |")
 
 
 def plot(results, cfg):
