@@ -1,0 +1,113 @@
+"""LightningModule: trains the compact VLM on evidence VQA (fit), then runs the paper's analysis and VEA (test).
+
+fit:  cross-entropy of the answer read at the last (ANSWER) position; val/acc.
+test: layer profiling on the calibration split (the DataModule's val loader, once, stored in the `layer_auroc` buffer so
+      the checkpoint carries it), then on the test split: per-layer RAPT image share, evidence AUROC/NDCG, the
+      seeing-but-not-believing rate, and the accuracy of the plain answer, VEA and its controls (random layers, shallow
+      layers, random mask) and baselines (attention-guided crop, AGLA-style assembly, the annotated-evidence mask).
+      A figure of the per-layer curves is logged; `self.test_results` holds the numbers for benchmarks.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core import BaseModule
+
+from . import analysis
+from .model import CompactVLM
+
+
+class VEAModule(BaseModule):
+    def __init__(self, num_answers: int = 10, vocab_size: int = 512, image_size: int = 32, patch_size: int = 8,
+                 vision_dim: int = 48, vision_depth: int = 1, dim: int = 64, depth: int = 4, heads: int = 4,
+                 max_question_len: int = 8, num_layers: int = 2, top_frac: float = 0.25, smooth_sigma: float = 0.5,
+                 edge_sigma: float = 1.5, gamma: float = 0.3, context: str = "blur", context_sigma: float = 2.0,
+                 min_overlap: float = 0.5, variants: list[str] = analysis.VARIANTS, control_seed: int = 0,
+                 optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)):
+        """
+        Args:
+            num_answers: Answer classes (linked from the data).
+            vocab_size: Hashed question vocabulary (linked from the data).
+            image_size: Image side in pixels (linked from the data).
+            patch_size: ViT patch side (image tokens = (image_size / patch_size)^2).
+            vision_dim: timm ViT width.
+            vision_depth: timm ViT blocks.
+            dim: Decoder width.
+            depth: Decoder layers (the layers the analysis profiles).
+            heads: Decoder attention heads (averaged in the analysis).
+            max_question_len: Question tokens (linked from the data).
+            num_layers: m, the number of profiled layers whose attention VEA aggregates.
+            top_frac: rho, the fraction of patches the mask keeps.
+            smooth_sigma: Gaussian smoothing of the aggregated attention on the patch grid (patches).
+            edge_sigma: Soft edge of the pixel mask (pixels).
+            gamma: Retention of the context outside the mask (1: no change, 0: context fully replaced).
+            context: What the attenuated region fades to: blur | mean | zero.
+            context_sigma: Blur of the context (pixels).
+            min_overlap: A patch is evidence when at least this fraction of it lies in an evidence box.
+            variants: Answers computed at test (plain, vea, controls and baselines).
+            control_seed: Seed of the random-layer and random-mask controls.
+            optimizer: Optimizer of the compact VLM.
+        """
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        self.image_size = image_size
+        self.vlm = CompactVLM(num_answers, vocab_size, image_size, patch_size, 1, vision_dim, vision_depth, 2, dim, depth,
+                              heads, 2, max_question_len)
+        self.cfg = analysis.VEAConfig(num_layers, top_frac, smooth_sigma, edge_sigma, gamma, context, context_sigma,
+                                      min_overlap, tuple(variants))
+        self.register_buffer("layer_auroc", torch.full((depth,), float("nan")))
+        self.test_results: dict = {}
+
+    def training_step(self, batch, batch_idx):
+        out = self.vlm(batch["x"], batch["q"])
+        loss = F.cross_entropy(out.logits, batch["y"], ignore_index=-1)
+        acc = analysis.correct(out.logits.detach(), batch["gold"]).float().mean()
+        self.log_train({"train/loss": loss.detach(), "train/acc": acc}, prog_bar=["train/loss"])
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        out = self.vlm(batch["x"], batch["q"])
+        self.log("val/acc", analysis.correct(out.logits, batch["gold"]).float().mean(), prog_bar=True,
+                 batch_size=len(batch["x"]))
+
+    def configure_optimizers(self):
+        return self.optimizer(self.parameters())
+
+    # ---- test: the analysis and VEA ----
+    def on_test_epoch_start(self):
+        dm = self.trainer.datamodule
+        moved = ({k: v.to(self.device) for k, v in b.items()} for b in dm.val_dataloader())
+        profile = analysis.profile_layers(moved, self.vlm, self.image_size, self.cfg.min_overlap)
+        self.layer_auroc.copy_(profile["auroc"])
+        self._calib = profile
+        self._firsts, self._variants = [], []
+        self._gen = torch.Generator().manual_seed(self.hparams.control_seed)
+
+    def test_step(self, batch, batch_idx):
+        first = analysis.attention_batch(self.vlm, batch, self.image_size, self.cfg.min_overlap)
+        var = analysis.intervene(self.vlm, batch, first, self.layer_auroc.cpu(), self.cfg, self.image_size, self._gen)
+        self._firsts.append({k: v.cpu() for k, v in first.items() if k != "logits"})
+        self._variants.append({k: v.cpu() for k, v in var.items()})
+
+    def on_test_epoch_end(self):
+        res = analysis.summarize(self._firsts, self._variants, self._calib)
+        res["layers"] = analysis.vea.choose_layers(self.layer_auroc.cpu(), self.cfg.num_layers, "profiled")
+        self.test_results = res
+        for k, v in res.items():
+            if isinstance(v, float):
+                self.log(f"test/{k}", v)
+            elif k.startswith("layer/"):
+                for i, x in enumerate(v):
+                    self.log(f"test/{k}_{i}", float(x))
+        from lit_iclr.core.figures import log_figure
+
+        from .plots import layer_figure
+
+        log_figure(self, "test/layers", layer_figure(res))
+        self._firsts, self._variants = [], []
+
+    def summary_metrics(self):
+        return ["{stage}/acc", "{stage}/acc/*", "{stage}/sbnb_rate", "{stage}/hit_rate_correct"]

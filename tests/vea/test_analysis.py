@@ -1,0 +1,49 @@
+"""The analysis pipeline on a random compact VLM: attention rows, identities of the interventions, the summary."""
+from __future__ import annotations
+
+import torch
+
+from lit_iclr.vea import analysis
+from lit_iclr.vea.data import ANSWER, BOS, PAD
+from lit_iclr.vea.model import CompactVLM
+
+
+def batch(n=6):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(3, 64, (n, 8), generator=g)
+    q[:, :2], q[:, 2], q[:, -1] = PAD, BOS, ANSWER  # left padding
+    gold = torch.zeros(n, 5, dtype=torch.bool)
+    gold[torch.arange(n), torch.arange(n) % 5] = True
+    boxes = torch.full((n, 4, 4), -1.0)
+    boxes[:, 0] = torch.tensor([0.0, 0.0, 16.0, 16.0])
+    return {"x": torch.rand(n, 1, 32, 32, generator=g), "q": q, "gold": gold, "boxes": boxes}
+
+
+def test_attention_rows_are_distributions_that_ignore_padding():
+    torch.manual_seed(0)
+    vlm = CompactVLM(5, 64, image_size=32, dim=16, depth=3, heads=2, vision_dim=16).eval()
+    b = batch()
+    out = vlm(b["x"], b["q"], return_attention=True)
+    att = out.answer_attention
+    torch.testing.assert_close(att.sum(-1), torch.ones(6, 3))
+    assert (att[..., 16:18] == 0).all()  # the two padding positions get no attention
+    # the image part of the row reacts to the image: another image gives other rows
+    other = vlm(b["x"].flip(-1), b["q"], return_attention=True).answer_attention
+    assert not torch.allclose(other[..., :16], att[..., :16])
+
+
+def test_full_retention_makes_every_mask_variant_equal_the_plain_answer():
+    torch.manual_seed(1)
+    vlm = CompactVLM(5, 64, image_size=32, dim=16, depth=3, heads=2, vision_dim=16).eval()
+    b = batch()
+    first = analysis.attention_batch(vlm, b, 32, 0.5)
+    assert first["labels"].sum(1).eq(4).all()  # the 16 px box covers 2x2 of the 8 px patches
+    cfg = analysis.VEAConfig(gamma=1.0)
+    var = analysis.intervene(vlm, b, first, torch.tensor([0.6, 0.9, 0.7]), cfg, 32, torch.Generator().manual_seed(0))
+    for name in ("vea", "vea_random_layers", "vea_shallow_layers", "vea_random_mask", "oracle_mask", "assembly"):
+        assert torch.equal(var[name], var["plain"]), name
+    res = analysis.summarize([first], [var], {"auroc": torch.tensor([0.6, 0.9, 0.7])})
+    assert res["evidence_fraction"] == 0.25 and len(res["layer/auroc"]) == 3
+    wrong = ~first["correct"]
+    if wrong.any():
+        assert res["sbnb_rate"] == var["profiled_hit"][wrong].float().mean().item()

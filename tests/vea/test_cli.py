@@ -1,0 +1,29 @@
+"""The tiny twin through the CLI (fit, then test with the analysis and VEA), and the real config parsed."""
+from __future__ import annotations
+
+import math
+
+from tests.twin import fit_twin, metric_rows, print_config
+
+
+def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path):
+    fit_twin("vea", tmp_path)
+    rows = metric_rows(tmp_path)
+    val = [float(r["val/acc"]) for r in rows if r.get("val/acc")]
+    assert val and all(0 <= v <= 1 for v in val) and (tmp_path / "checkpoints" / "last.ckpt").exists()
+    fit_twin("vea", tmp_path, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt"), subcommand="test")
+    last = {k: v for r in metric_rows(tmp_path) for k, v in r.items() if v}
+    for name in ("plain", "vea", "vea_random_layers", "vea_shallow_layers", "vea_random_mask", "crop", "assembly",
+                 "oracle_mask"):
+        assert 0 <= float(last[f"test/acc/{name}"]) <= 1
+    shares = [float(last[f"test/layer/rapt_share_{i}"]) for i in range(2)]
+    assert all(0 <= s <= 1 for s in shares)
+    aurocs = [float(last[f"test/layer/auroc_{i}"]) for i in range(2)]
+    assert all(0 <= a <= 1 for a in aurocs) and not any(math.isnan(a) for a in aurocs)
+    assert list((tmp_path / "figures").glob("test_layers*.png"))
+
+
+def test_real_config_parses(capsys):
+    out = print_config("configs/vea.yaml", capsys)
+    assert "lit_iclr.vea.VEAModule" in out and "EvidenceVQA" in out and "top_frac: 0.25" in out
+    assert "num_answers" not in out and "vocab_size: 512" in out  # num_answers, vocab_size: linked, written once (data)
