@@ -6,11 +6,14 @@ several acting rules on the *same* networks, all episodes in lock-step:
   L0        best-of-N reference samples under Q
   L1..L10   VGF with transport budget L (test-time scaling)
   ascent<K> K steps of unconstrained Adam ascent on Q from the reference samples (no kernel, no repulsion)
-and a TD3+BC model (the penalty-regularised baseline) is trained on the same data for the same number of steps.
+and three baselines are trained on the same data for the same number of gradient steps, with the same critic and
+batch: TD3+BC (penalty-regularised, states normalised), FQL (VGF's own base: the same flow reference policy, distilled
+into a one-step policy that maximises Q) and IQL (in-sample, advantage-weighted). Paired 95% CIs over seeds compare
+VGF at the pre-registered budget L=3 (the default config's largest) with each of them.
 Speed: gradient steps/s of the VGF update relative to the BC-only (flow-matching) update, and the cost of one particle
 transport step vs the number of particles N, measured in this run.
 
-    .venv/bin/python benchmarks/vgf.py                  # both tasks, 3 seeds
+    .venv/bin/python benchmarks/vgf.py --tasks reacher --seeds 3 --steps 1000   # the card's headline table
     .venv/bin/python benchmarks/vgf.py --quick          # smoke run
 Speed against the official JAX code (and `torch.compile`): benchmarks/vgf_speed.py.
 Figures go to benchmarks/out/vgf/ and seeds/figures/vgf_*.png.
@@ -30,22 +33,33 @@ import torch
 import yaml
 
 from lit_iclr.core.figures import plt
-from lit_iclr.vgf import TD3BC, VGF, D4RLData, OGBenchData
+from lit_iclr.core.stats import paired_ci
+from lit_iclr.vgf import FQL, IQL, TD3BC, VGF, D4RLData, OGBenchData
 
 ROOT = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore")
 os.environ.setdefault("LIT_ICLR_LINE_PROGRESS", "1")
 
 TASKS = {  # name: (config, DataModule, data overrides)
-    "cube": ("configs/vgf.yaml", OGBenchData, {}),
-    "reacher": ("configs/vgf_reacher.yaml", D4RLData, {}),
+    "cube": ("configs/vgf_cube.yaml", OGBenchData, {}),
+    "reacher": ("configs/vgf.yaml", D4RLData, {}),
     # narrow behaviour: only a sluggish controller + small noise, no random actions (D4RL "medium"-like coverage)
-    "reacher_narrow": ("configs/vgf_reacher.yaml", D4RLData,
+    "reacher_narrow": ("configs/vgf.yaml", D4RLData,
                        {"behaviour_p_expert": 1.0, "behaviour_noise": 0.1, "behaviour_gain": 0.3}),
 }
 BUDGETS = [0, 1, 2, 3, 5, 10]
 ASCENT = [3, 10, 30]
 POLICIES = ["bc"] + [f"L{b}" for b in BUDGETS] + [f"ascent{k}" for k in ASCENT]
+BASELINES = {"td3bc": TD3BC, "fql": FQL, "iql": IQL}  # trained separately, same data, critic, batch and steps
+HEADLINE = "L3"  # VGF's pre-registered budget for the paired comparisons
+
+
+def baseline(name: str, dm, margs: dict, seed: int):
+    common = dict(obs_dim=dm.obs_dim, action_dim=dm.action_dim, actor_hidden=margs["actor_hidden"],
+                  critic_hidden=margs["critic_hidden"], discount=margs["discount"], seed=seed)
+    if name == "fql":
+        common.update(bc_flow_steps=margs["bc_flow_steps"], value_q_agg=margs["value_q_agg"])
+    return BASELINES[name](**common)
 
 
 def load(task: str, eval_episodes: int):
@@ -69,26 +83,31 @@ def train(model, dm, steps: int) -> float:
 
 def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int) -> dict:
     dm, margs = load(task, eval_episodes)
+    margs.pop("eval_extra", None)
     envs: list = []  # one environment pool for every model of the task (OGBench environments take seconds to build)
-    out = {"score": {p: [] for p in POLICIES + ["td3bc"]}, "q": {p: [] for p in POLICIES + ["td3bc"]}, "sps": []}
+    names = POLICIES + list(BASELINES)
+    out = {"score": {p: [] for p in names}, "q": {p: [] for p in names}, "sps": {m: [] for m in ["vgf", *BASELINES]},
+           "params": {}}
     for seed in seeds:
         L.seed_everything(seed, verbose=False)
         vgf = VGF(obs_dim=dm.obs_dim, action_dim=dm.action_dim, **dict(margs, seed=seed))
-        out["sps"].append(train(vgf, dm, steps))
+        out["params"]["vgf"] = sum(p.numel() for p in vgf.parameters() if p.requires_grad)
+        out["sps"]["vgf"].append(train(vgf, dm, steps))
         vgf.eval_policies, vgf._envs = POLICIES, envs
         res = vgf.rollout(range(eval_episodes), datamodule=dm)
         score = dm.score(res.returns, res.successes)
         for g, p in enumerate(POLICIES):
             out["score"][p].append(float(score[res.groups == g].mean()))
             out["q"][p].append(res.q_means[g])
-        L.seed_everything(seed, verbose=False)
-        td3 = TD3BC(obs_dim=dm.obs_dim, action_dim=dm.action_dim, actor_hidden=margs["actor_hidden"],
-                    critic_hidden=margs["critic_hidden"], discount=margs["discount"], seed=seed)
-        train(td3, dm, steps)
-        td3._envs = envs
-        res = td3.rollout(range(eval_episodes), datamodule=dm)
-        out["score"]["td3bc"].append(float(dm.score(res.returns, res.successes).mean()))
-        out["q"]["td3bc"].append(res.q_means[0])
+        for name in BASELINES:
+            L.seed_everything(seed, verbose=False)
+            model = baseline(name, dm, margs, seed)
+            out["params"][name] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            out["sps"][name].append(train(model, dm, steps))
+            model._envs = envs
+            res = model.rollout(range(eval_episodes), datamodule=dm)
+            out["score"][name].append(float(dm.score(res.returns, res.successes).mean()))
+            out["q"][name].append(res.q_means[0])
         print(f"[{task} seed {seed}] " + " ".join(f"{p}={out['score'][p][-1]:.1f}" for p in out["score"]), flush=True)
     for env in envs:
         env.close()
@@ -136,17 +155,32 @@ def speed(dm, margs, particles=(2, 4, 8, 16, 32), repeats: int = 10) -> dict:
 
 
 def fmt(v):
-    return f"{np.mean(v):.1f} ± {np.std(v):.1f}"
+    return f"{np.mean(v):.1f} ± {np.std(v, ddof=1) if len(v) > 1 else 0.0:.1f}"
 
 
 def report(results: dict, sp: dict, out_dir: Path) -> None:
-    cols = ["bc", "L0", "td3bc", "ascent30", "L1", "L3", "L10"]
-    names = {"bc": "BC (reference)", "L0": "best-of-N", "td3bc": "TD3+BC", "ascent30": "ascent (K=30)",
-             "L1": "VGF L=1", "L3": "VGF L=3", "L10": "VGF L=10"}
-    print("\n| task (metric) | " + " | ".join(names[c] for c in cols) + " |")
-    print("|---" * (len(cols) + 1) + "|")
+    cols = ["bc", "L0", "td3bc", "fql", "iql", "ascent30", "L1", "L3", "L10"]
+    names = {"bc": "BC (reference)", "L0": "best-of-N", "td3bc": "TD3+BC", "fql": "FQL", "iql": "IQL",
+             "ascent30": "ascent (K=30)", "L1": "VGF L=1", "L3": "VGF L=3", "L10": "VGF L=10"}
+    print("\n| task (metric) | seeds | " + " | ".join(names[c] for c in cols) + " |")
+    print("|---" * (len(cols) + 2) + "|")
     for task, r in results.items():
-        print(f"| {task} ({r['metric']}) | " + " | ".join(fmt(r["score"][c]) for c in cols) + " |")
+        cells = [fmt(r["score"][c]) if r["score"].get(c) else "-" for c in cols]
+        print(f"| {task} ({r['metric']}) | {len(r['score']['bc'])} | " + " | ".join(cells) + " |")
+    print(f"\nPaired difference VGF {HEADLINE} minus each method (95% CI over seeds; same seeds, data, critic, steps):\n")
+    others = [c for c in ["bc", "L0", "td3bc", "fql", "iql", "ascent30"]]
+    print("| task | " + " | ".join(names[c] for c in others) + " |")
+    print("|---" * (len(others) + 1) + "|")
+    for task, r in results.items():
+        cells = [str(paired_ci(r["score"][HEADLINE], r["score"][c])) if r["score"].get(c) else "-" for c in others]
+        print(f"| {task} | " + " | ".join(cells) + " |")
+    if any("params" in r for r in results.values()):
+        print("\nParameters (trainable) and training speed (gradient steps/s in this run, same batch):\n")
+        print("| task | method | parameters | steps/s |")
+        print("|---|---|---|---|")
+        for task, r in results.items():
+            for m, n in r.get("params", {}).items():
+                print(f"| {task} | {m} | {n} | {np.mean(r['sps'][m]):.1f} |")
     print("\nTest-time scaling (score vs evaluation budget L, same trained models):\n")
     print("| task | " + " | ".join(f"L={b}" for b in BUDGETS) + " |")
     print("|---" * (len(BUDGETS) + 1) + "|")
@@ -160,12 +194,13 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
         if all(p in r["q"] for p in pol):  # runs whose Q estimates were not saved are left out
             cells = [f"{np.mean(r['q'][p]):.2f} / {np.mean(r['score'][p]):.1f}" for p in pol]
             print(f"| {task} | " + " | ".join(cells) + " |")
-    sp["transport_ms"] = {int(k): v for k, v in sp["transport_ms"].items()}
-    print(f"\nSpeed: VGF update {sp['vgf_sps']:.1f} steps/s vs BC-only {sp['bc_sps']:.1f} steps/s "
-          f"(ratio {sp['vgf_sps'] / sp['bc_sps']:.3f}); one transport step (B={sp['batch']}):")
-    print("\n| N | " + " | ".join(str(n) for n in sp["transport_ms"]) + " |")
-    print("|---" * (len(sp["transport_ms"]) + 1) + "|")
-    print("| ms | " + " | ".join(f"{v:.1f}" for v in sp["transport_ms"].values()) + " |")
+    if sp is not None:
+        sp["transport_ms"] = {int(k): v for k, v in sp["transport_ms"].items()}
+        print(f"\nSpeed: VGF update {sp['vgf_sps']:.1f} steps/s vs BC-only {sp['bc_sps']:.1f} steps/s "
+              f"(ratio {sp['vgf_sps'] / sp['bc_sps']:.3f}); one transport step (B={sp['batch']}):")
+        print("\n| N | " + " | ".join(str(n) for n in sp["transport_ms"]) + " |")
+        print("|---" * (len(sp["transport_ms"]) + 1) + "|")
+        print("| ms | " + " | ".join(f"{v:.1f}" for v in sp["transport_ms"].values()) + " |")
 
     fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), squeeze=False)
     for ax, (task, r) in zip(axes[0], results.items(), strict=True):
@@ -197,16 +232,30 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
     fig.savefig(out_dir / "vgf_overoptimisation.png", dpi=90)
 
 
+def merge_runs(out_dir: Path, task: str) -> dict:
+    """`<task>.json`, or the per-seed files `<task>_s*.json` of parallel runs concatenated in seed order."""
+    if (out_dir / f"{task}.json").exists():
+        return json.loads((out_dir / f"{task}.json").read_text())
+    parts = [json.loads(f.read_text()) for f in sorted(out_dir.glob(f"{task}_s*.json"))]
+    out = dict(parts[0])
+    for key in ("score", "q", "sps"):
+        out[key] = {k: [x for p in parts for x in p[key][k]] for k in parts[0][key]}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="reacher,cube")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seed-list", default="", help="comma-separated seeds to run instead of 0..seeds-1; results go to "
+                   "<task>_s<seeds>.json, merged by --report")
     p.add_argument("--steps", type=int, default=2000, help="gradient steps per model")
     p.add_argument("--episodes", type=int, default=10, help="evaluation episodes per acting rule")
     p.add_argument("--cube-episodes", type=int, default=5, help="evaluation episodes per acting rule on cube")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 50 steps, 2 episodes")
     p.add_argument("--figures", default=str(ROOT / "seeds" / "figures"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "vgf"))
+    p.add_argument("--skip-speed", action="store_true", help="no speed measurement (tables and figures only)")
     p.add_argument("--report", default="", help="only report: comma-separated tasks whose saved results to merge")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -217,17 +266,22 @@ def main() -> None:
     results = {}
     t0 = time.perf_counter()
     if args.report:  # merge results saved by earlier runs (each task's JSON, the speed of the first)
-        results = {t: json.loads((out_dir / f"{t}.json").read_text()) for t in args.report.split(",")}
-        sp = json.loads((out_dir / "speed.json").read_text())
+        results = {t: merge_runs(out_dir, t) for t in args.report.split(",")}
+        sp = None if args.skip_speed else json.loads((out_dir / "speed.json").read_text())
     else:
         for task in args.tasks.split(","):
             episodes = args.cube_episodes if task == "cube" else args.episodes
-            results[task] = run_task(task, list(range(args.seeds)), args.steps, 2 if args.quick else episodes)
-            (out_dir / f"{task}.json").write_text(json.dumps(results[task]))
-        dm, margs = load(args.tasks.split(",")[0], 1)
-        sp = speed(dm, margs, repeats=3 if args.quick else 10)
-        sp["batch"] = dm.batch_size
-        (out_dir / "speed.json").write_text(json.dumps(sp))
+            seeds = [int(x) for x in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+            results[task] = run_task(task, seeds, args.steps, 2 if args.quick else episodes)
+            name = f"{task}_s{'-'.join(map(str, seeds))}.json" if args.seed_list else f"{task}.json"
+            (out_dir / name).write_text(json.dumps(results[task]))
+        sp = None
+        if not args.skip_speed:
+            dm, margs = load(args.tasks.split(",")[0], 1)
+            margs.pop("eval_extra", None)
+            sp = speed(dm, margs, repeats=3 if args.quick else 10)
+            sp["batch"] = dm.batch_size
+            (out_dir / "speed.json").write_text(json.dumps(sp))
     print(f"\n{args} finished in {time.perf_counter() - t0:.0f} s")
     report(results, sp, out_dir)
     fig_dir = Path(args.figures)

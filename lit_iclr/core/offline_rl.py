@@ -104,6 +104,25 @@ def d4rl_normalized_score(returns, ref_min_score: float, ref_max_score: float):
     return 100.0 * (np.asarray(returns) - ref_min_score) / (ref_max_score - ref_min_score)
 
 
+def episode_return_range(rewards, terminals, timeouts=None, max_episode_steps: int = 1000) -> tuple[float, float]:
+    """(min, max) of the episode returns of a D4RL-layout file, as `return_range` of the FQL/VGF code that
+    normalises D4RL rewards (r * 1000 / (max - min)): an episode ends at a terminal, a time-limit end (`timeouts`, when
+    given) or after `max_episode_steps` steps (D4RL's 1000); a last, unfinished episode is left out."""
+    rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    ends = np.asarray(terminals, dtype=bool).reshape(-1).copy()
+    if timeouts is not None:
+        ends |= np.asarray(timeouts, dtype=bool).reshape(-1)
+    returns, ret, length = [], 0.0, 0
+    for r, end in zip(rewards.tolist(), ends.tolist(), strict=True):
+        ret, length = ret + r, length + 1
+        if end or length == max_episode_steps:
+            returns.append(ret)
+            ret, length = 0.0, 0
+    if not returns:
+        raise ValueError("no complete episode: the return range (reward normalisation) is undefined")
+    return min(returns), max(returns)
+
+
 # ---------------------------------------------------------------------------------------------------------- readers
 def read_d4rl_hdf5(path: str | Path, action_low: float = -1.0, action_high: float = 1.0,
                    require_costs: bool = False) -> dict[str, np.ndarray]:

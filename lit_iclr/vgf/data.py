@@ -16,7 +16,14 @@ from torch.utils.data import DataLoader
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError
 from lit_iclr.core.loader import IndexDataset
-from lit_iclr.core.offline_rl import KEYS, check_reference_scores, read_d4rl_hdf5, read_ogbench_npz, single_hdf5
+from lit_iclr.core.offline_rl import (
+    KEYS,
+    check_reference_scores,
+    episode_return_range,
+    read_d4rl_hdf5,
+    read_ogbench_npz,
+    single_hdf5,
+)
 
 from .envs import make_env
 
@@ -242,7 +249,7 @@ class D4RLData(OfflineRLData):
                  eval_seed: int = 10_000, seed: int = 0, reward_scale: float = 1.0, reward_shift: float = 0.0,
                  ref_min_score: float | None = None, ref_max_score: float | None = None, num_episodes: int = 400,
                  behaviour_p_expert: float = 0.5, behaviour_noise: float = 0.3, behaviour_gain: float = 1.0,
-                 generator_seed: int = 0):
+                 generator_seed: int = 0, normalize_rewards: bool = False, max_episode_steps: int = 1000):
         """
         Args:
             env_id: gymnasium environment the data come from and evaluation runs in.
@@ -263,9 +270,14 @@ class D4RLData(OfflineRLData):
             behaviour_noise: Generated behaviour: std of the Gaussian noise on the controller's action.
             behaviour_gain: Generated behaviour: scale of the controller's PD gain (below 1: sluggish, suboptimal).
             generator_seed: Seed of the generated dataset.
+            normalize_rewards: D4RL reward normalisation of the official VGF/FQL code (`--normalize_r=1`, used for
+                locomotion): rewards *= 1000 / (max - min) of the dataset's episode returns (before reward_scale).
+            max_episode_steps: Episode length cap used to split episodes for that range (D4RL: 1000).
         """
         super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
                          reward_scale, reward_shift)
+        self.normalize_rewards, self.max_episode_steps = normalize_rewards, max_episode_steps
+        self.reward_normalizer = 1.0  # set by read() when normalize_rewards
         self.env_id = env_id
         self.behaviour = (behaviour_p_expert, behaviour_noise, behaviour_gain)
         self.ref_min_score, self.ref_max_score = ref_min_score, ref_max_score
@@ -300,6 +312,14 @@ class D4RLData(OfflineRLData):
             for key in ("ref_min_score", "ref_max_score"):
                 if getattr(self, key) is None and meta is not None and key in meta:
                     setattr(self, key, float(meta[key][()]))
+            if self.normalize_rewards:
+                low, high = episode_return_range(f["rewards"][()], f["terminals"][()],
+                                                 f["timeouts"][()] if "timeouts" in f else None, self.max_episode_steps)
+                if high <= low:
+                    raise DatasetFormatError(self.data_file, f"every episode returns {low}: the reward normalisation "
+                                             "1000 / (max - min) is undefined", "set data.init_args.normalize_rewards: false")
+                self.reward_normalizer = 1000.0 / (high - low)
+                data["rewards"] = data["rewards"] * np.float32(self.reward_normalizer)
         check_reference_scores(self.data_file, self.ref_min_score, self.ref_max_score)
         return data
 

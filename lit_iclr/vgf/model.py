@@ -152,3 +152,30 @@ class DeterministicActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
+
+
+class OneStepPolicy(nn.Module):
+    """FQL's one-step policy mu_omega(s, z): noise z ~ N(0, I) to an action in one network call, clipped to [-1, 1]."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256)):
+        super().__init__()
+        self.net = mlp(obs_dim + action_dim, hidden, action_dim)
+
+    def forward(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, z], dim=-1)).clamp(-1.0, 1.0)
+
+
+class GaussianActor(nn.Module):
+    """IQL's policy: N(tanh(m(s)), diag(exp(log_std))) with a state-independent log std (IQL's GaussianPolicy)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256)):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, action_dim)
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+
+    def mean(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs))
+
+    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        log_std = self.log_std.clamp(-5.0, 2.0)
+        return torch.distributions.Normal(self.mean(obs), log_std.exp()).log_prob(actions).sum(-1)

@@ -174,7 +174,7 @@ class VGF(OfflineRLModule):
                  alpha: float = 0.5, train_flow_steps: int = 1, eval_flow_steps: Sequence[int] = (0, 1, 2, 3),
                  bc_flow_steps: int = 10, transport: str = "svgd", target_select: str = "mean",
                  flow_q_agg: str = "mean", value_q_agg: str = "min", amortized: bool = False,
-                 grad_clip_norm: float = 1.0, normalize_grad: bool = False,
+                 grad_clip_norm: float = 1.0, normalize_grad: bool = False, eval_extra: Sequence[str] = (),
                  actor_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
                  critic_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
                  seed: int = 0, compile_update: bool = False, compile_options: dict | None = None):
@@ -200,6 +200,8 @@ class VGF(OfflineRLModule):
             amortized: A-VGF: learn g_psi(s, a) ~ grad_a Q and drive the particles with it (no kernel).
             grad_clip_norm: A-VGF: per-state L2 clip of the particle direction before Adam.
             normalize_grad: A-VGF: regress g_psi on the unit-normalised action gradient.
+            eval_extra: Acting rules evaluated next to the budgets on the same networks, e.g. `[bc]` (one reference
+                sample: behaviour cloning) or `[ascent10]`; logged as val/score_bc etc.
             actor_optimizer: Optimizer of the reference policy.
             critic_optimizer: Optimizer of the critics (and of g_psi for A-VGF).
             seed: Seed of the per-step noise (flow noise, particles), combined with the step and rank.
@@ -219,7 +221,9 @@ class VGF(OfflineRLModule):
         self.critic = Critic(obs_dim, action_dim, critic_hidden, critic_layer_norm)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.action_grad = ActionGradient(obs_dim, action_dim, critic_hidden) if amortized else None
-        self.eval_policies = [f"L{b}" for b in eval_flow_steps]
+        for name in eval_extra:
+            parse_policy(name)  # a bad name fails here, not at the first evaluation
+        self.eval_policies = list(eval_extra) + [f"L{b}" for b in eval_flow_steps]
         self._losses_fn = None  # update_losses, compiled on the first step when compile_update is set
 
     # ------------------------------------------------------------------------------------------------- the flow

@@ -18,7 +18,7 @@ def fit(config: str, tmp_path: Path, *extra: str):
                  "--data.init_args.data_dir", str(tmp_path / "data"), *extra])
 
 
-@pytest.mark.parametrize("config", ["configs/vgf.yaml", "configs/vgf_reacher.yaml", "configs/vgf_td3bc.yaml"])
+@pytest.mark.parametrize("config", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("vgf*.yaml")))
 def test_real_config_parses(config, capsys):
     with pytest.raises(SystemExit) as e:
         main(["fit", "--config", str(ROOT / config), "--print_config"])
@@ -27,7 +27,7 @@ def test_real_config_parses(config, capsys):
 
 
 def test_ogbench_twin_fits_and_evaluates_every_budget(tmp_path):
-    cli = fit("tests/configs/vgf.yaml", tmp_path)
+    cli = fit("tests/configs/vgf_cube.yaml", tmp_path)
     m = cli.trainer.callback_metrics
     assert cli.model.hparams.obs_dim == 28 and cli.model.hparams.action_dim == 5  # linked from the data
     assert int(cli.model.updates) == 4
@@ -39,8 +39,9 @@ def test_ogbench_twin_fits_and_evaluates_every_budget(tmp_path):
 
 
 def test_d4rl_twin_fits_a_vgf_with_amortised_gradients(tmp_path):
-    cli = fit("tests/configs/vgf_reacher.yaml", tmp_path)
+    cli = fit("tests/configs/vgf.yaml", tmp_path)
     m = cli.trainer.callback_metrics
+    assert cli.model.eval_groups() == ["bc", "L0", "L1"] and torch.isfinite(m["val/score_bc"])
     assert cli.model.action_grad is not None and "train/grad_loss" in m
     assert cli.model.hparams.obs_dim == 10 and cli.model.hparams.action_dim == 2
     assert torch.isfinite(m["val/score_L1"])
@@ -53,18 +54,18 @@ def test_resume_mid_epoch_equals_uninterrupted(tmp_path):
 
     base = ["--trainer.limit_val_batches", "0", "--data.init_args.steps_per_epoch", "4",
             "--model.init_args.amortized", "false"]
-    full = fit("tests/configs/vgf_reacher.yaml", tmp_path / "full", *base)
+    full = fit("tests/configs/vgf.yaml", tmp_path / "full", *base)
     crash = '{"class_path": "tests.core.toy.CrashAtStep", "init_args": {"step": 6}}'
     with pytest.raises(toy.Crash):
-        fit("tests/configs/vgf_reacher.yaml", tmp_path / "part", *base, "--trainer.callbacks+", crash,
+        fit("tests/configs/vgf.yaml", tmp_path / "part", *base, "--trainer.callbacks+", crash,
             "--checkpoint.every_n_train_steps", "1")
     ckpt = tmp_path / "part" / "run" / "checkpoints" / "last.ckpt"
     assert int(torch.load(ckpt, weights_only=True)["state_dict"]["updates"]) == 3
-    resumed = fit("tests/configs/vgf_reacher.yaml", tmp_path / "part", *base, "--ckpt_path", str(ckpt))
+    resumed = fit("tests/configs/vgf.yaml", tmp_path / "part", *base, "--ckpt_path", str(ckpt))
     assert int(resumed.model.updates) == int(full.model.updates) == 8
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
-    fresh = fit("tests/configs/vgf_reacher.yaml", tmp_path / "other", *base, "--model.init_args.seed", "1")
+    fresh = fit("tests/configs/vgf.yaml", tmp_path / "other", *base, "--model.init_args.seed", "1")
     pairs = zip(full.model.state_dict().values(), fresh.model.state_dict().values(), strict=True)
     moved = max((a - b).abs().max().item() for a, b in pairs if a.is_floating_point())
     assert moved > 1e-5  # the comparison can fail: another noise stream gives other weights
@@ -117,3 +118,11 @@ def test_evaluation_policy_names_parse():
     assert parse_policy("bc") == ("bc", 0)
     with pytest.raises(ValueError, match="unknown evaluation policy"):
         parse_policy("L")
+
+
+@pytest.mark.parametrize("name", ["fql", "iql"])
+def test_fql_and_iql_baseline_twins_fit_and_report_their_policy(name, tmp_path):
+    cli = fit(f"tests/configs/vgf_{name}.yaml", tmp_path)
+    m = cli.trainer.callback_metrics
+    assert int(cli.model.updates) == 4 and torch.isfinite(m["val/score_pi"])
+    assert not torch.equal(cli.model.critic.net[0].weight, cli.model.target_critic.net[0].weight)
