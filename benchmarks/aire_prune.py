@@ -1,8 +1,9 @@
-"""AIRE-Prune benchmark: accuracy vs. fraction of states pruned (no retraining) for AIRE, LAST, magnitude and random,
-for S5 (MIMO) and S4D (SISO) classifiers on sequential Fashion-MNIST and LRA ListOps; plus the throughput of the
-sliced model next to the fraction of state compute removed.
+"""AIRE-Prune benchmark: accuracy vs. fraction of states pruned (no retraining) for AIRE, LAST, magnitude, random and
+modal truncation, for S5 (MIMO) and S4D (SISO) classifiers, several seeds, on the full test split; paired 95% CIs
+of AIRE against each baseline over seeds; plus the throughput of the sliced model.
 
-    python benchmarks/aire_prune.py            # the card's numbers (CPU, tens of minutes on 2 shared cores)
+    python benchmarks/aire_prune.py --tasks rowFMNIST --seeds 3     # the card's headline (row-wise Fashion-MNIST)
+    python benchmarks/aire_prune.py --tasks sFMNIST,ListOps --seeds 1   # the earlier pixel-wise / ListOps runs
     python benchmarks/aire_prune.py --quick    # smoke run on tiny data (a minute)
 
 Prints markdown tables; writes seeds/figures/aire_prune_curves.png and runs/benchmarks/aire_prune.json.
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 
 from lit_iclr.aire_prune import (
@@ -25,8 +27,10 @@ from lit_iclr.aire_prune import (
     aire,
 )
 from lit_iclr.aire_prune.plots import accuracy_curves_figure
+from lit_iclr.core.stats import paired_ci
 
 RATIOS = [round(0.1 * i, 1) for i in range(10)]  # 0 .. 90 %
+HEADLINE_RATIOS = (0.5, 0.7)  # where the paired comparisons are reported
 QUANTILES = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0])
 
 # Model sizes: small enough to train on a CPU in minutes, large enough to have redundant states.
@@ -39,12 +43,17 @@ MODELS = {
 def tasks(quick: bool) -> dict:
     if quick:
         return {
+            "rowFMNIST": dict(make=lambda: SequentialImageData(dataset="digits", downsample=1, read_by="row",
+                                                               batch_size=64), epochs=2, bidirectional=False),
             "sFMNIST": dict(make=lambda: SequentialImageData(dataset="digits", downsample=1, batch_size=64),
                             epochs=2, bidirectional=False),
             "ListOps": dict(make=lambda: ListOpsData(data_dir="data", batch_size=64, num_train=400, num_val=100,
                                                      num_test=100), epochs=1, bidirectional=True),
         }
     return {
+        # Row-wise: 28 steps of 28 pixels, the whole 55k/10k split; trains to a usable accuracy in CPU minutes.
+        "rowFMNIST": dict(make=lambda: SequentialImageData(downsample=1, read_by="row", batch_size=128, val_size=5000),
+                          steps=STEPS["rowFMNIST"], bidirectional=False),
         # 14x14 = 196 steps; a subset of the training split keeps a model at a few CPU minutes.
         "sFMNIST": dict(make=lambda: SequentialImageData(downsample=2, batch_size=64, train_size=8000,
                                                          val_size=500, test_size=1000),
@@ -56,11 +65,15 @@ def tasks(quick: bool) -> dict:
     }
 
 
-def train(spec: dict, dm, arch: dict, bidirectional: bool) -> tuple[AIREPruneClassifier, float]:
-    L.seed_everything(0, verbose=False)
+STEPS = {"rowFMNIST": 300}  # gradient steps per model (--steps overrides)
+
+
+def train(spec: dict, dm, arch: dict, bidirectional: bool, seed: int = 0) -> tuple[AIREPruneClassifier, float]:
+    L.seed_everything(seed, verbose=False)
     module = AIREPruneClassifier(d_input=dm.d_input, vocab_size=dm.vocab_size, num_classes=dm.num_classes,
-                                 bidirectional=bidirectional, dropout=0.1, warmup_steps=50, **arch)
-    trainer = L.Trainer(max_epochs=spec["epochs"], logger=False, enable_checkpointing=False,
+                                 bidirectional=bidirectional, dropout=0.1, warmup_steps=50, seed=seed, **arch)
+    length = dict(max_steps=spec["steps"], max_epochs=-1) if "steps" in spec else dict(max_epochs=spec["epochs"])
+    trainer = L.Trainer(**length, logger=False, enable_checkpointing=False, limit_val_batches=0,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
     t0 = time.perf_counter()
     trainer.fit(module, dm)
@@ -93,12 +106,17 @@ def throughput(dense, pruned, batch: dict, repeats: int = 7) -> tuple[float, flo
     return n / statistics.median(times["dense"]), n / statistics.median(times["pruned"])
 
 
-def sweep(model, batches, methods) -> dict:
+def sweep(model, batches, methods, seed: int = 0) -> dict:
     out = {}
+    base = accuracy(model, batches)  # 0 %: the same unpruned model for every method
     for method, bidir in methods:
         pts, layer_fr = [], []
         for r in RATIOS:
-            smaller, p = aire.prune(model, r, method.split("_")[0], bidir)
+            if r == 0:
+                pts.append((0.0, base))
+                layer_fr.append([0.0] * len(model.layers))
+                continue
+            smaller, p = aire.prune(model, r, method.split("_")[0], bidir, seed)
             pts.append((p.pruned_fraction, accuracy(smaller, batches)))
             layer_fr.append([round(f, 3) for f in p.layer_fractions])
         out[method] = {"points": pts, "layer_fractions": layer_fr}
@@ -121,18 +139,34 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny data, for a smoke run")
     ap.add_argument("--out", default="runs/benchmarks/aire_prune.json")
     ap.add_argument("--figure", default="seeds/figures/aire_prune_curves.png")
-    ap.add_argument("--tasks", default="sFMNIST,ListOps", help="comma-separated subset of the tasks")
+    ap.add_argument("--tasks", default="rowFMNIST", help="comma-separated subset of rowFMNIST, sFMNIST, ListOps")
+    ap.add_argument("--models", default="S5,S4D", help="comma-separated subset of S5, S4D")
+    ap.add_argument("--seeds", type=int, default=3, help="models trained per (task, model), seeds 0..n-1")
+    ap.add_argument("--steps", type=int, default=0, help="gradient steps per rowFMNIST model (0: STEPS)")
     ap.add_argument("--wide", action="store_true",
                     help="2x the states (S5 P=64, S4D N=32): a more over-parameterised state, closer to the paper's models")
     ap.add_argument("--speed_only", action="store_true",
                     help="no training: throughput of sliced vs. unpruned models at 30/50/70/90%% (weights do not "
                          "change the compute, only which states go)")
+    ap.add_argument("--ratios", default="", help="comma-separated pruning ratios (default 0, 0.1, ..., 0.9)")
+    ap.add_argument("--report", action="store_true", help="only print the tables of the saved --out JSON")
     args = ap.parse_args()
     if args.wide:
         MODELS["S5"]["state_size"], MODELS["S4D"]["state_size"] = 64, 32
+    if args.steps:
+        STEPS["rowFMNIST"] = args.steps
+    if args.ratios:
+        RATIOS[:] = [float(r) for r in args.ratios.split(",")]
     torch.set_num_threads(1)  # the machine is shared; one thread also makes timings steadier
     if args.speed_only:
         speed_table(tasks(args.quick), args.tasks.split(","))
+        return
+    if args.report:  # --out may list several JSON files (e.g. one per model run in parallel): merged per task
+        merged: dict = {}
+        for f in args.out.split(","):
+            for task, models in json.loads(Path(f).read_text()).items():
+                merged.setdefault(task, {}).update(models)
+        print_tables(merged)
         return
     results, curves = {}, {}
     for task, spec in tasks(args.quick).items():
@@ -143,36 +177,46 @@ def main() -> None:
         dm.setup("fit")
         batches = list(dm.test_dataloader())
         for name, arch in MODELS.items():
-            model, train_s = train(spec, dm, arch, spec["bidirectional"])
-            net = model.model
-            methods = [("aire", "intended"), ("last", "intended"), ("magnitude", "intended"), ("random", "intended")]
-            if spec["bidirectional"]:
-                methods.append(("aire_quirk", "quirk"))
-            res = sweep(net, batches, methods)
-            f_aire = max_within(res["aire"]["points"])[0]
-            speed_ratio = f_aire if f_aire > 0 else 0.5
-            smaller, p = aire.prune(net, speed_ratio, "aire")
-            big = _stack_batches(batches[:4])
-            dense_sps, pruned_sps = throughput(net, smaller, big)
-            lam = torch.cat([s.modal_terms()["lam_abs"] for s in net.ssms()])
-            results.setdefault(task, {})[name] = {
-                "train_seconds": round(train_s, 1), "params": sum(p.numel() for p in net.parameters()),
-                "states": sum(net.state_counts()),
-                "lam_abs_quantiles": [round(float(q), 4) for q in torch.quantile(lam, QUANTILES)],
-                "sweep": res, "speed": {"fraction": p.pruned_fraction, "dense_seq_per_s": dense_sps,
-                                        "pruned_seq_per_s": pruned_sps,
-                                        "state_macs_removed": 1 - smaller.state_macs_per_step() / net.state_macs_per_step(),
-                                        "layer_fractions": p.layer_fractions},
-            }
-            curves.setdefault(task, {})[name] = {m: v["points"] for m, v in res.items()}
-            print(f"[{task}/{name}] trained in {train_s:.0f}s, unpruned acc {res['aire']['points'][0][1]:.2f}",
-                  flush=True)
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(results, indent=1))  # after every model: a crash keeps the rest
+            if name not in args.models.split(","):
+                continue
+            for seed in range(args.seeds):
+                run = one_model(spec, dm, arch, batches, seed)
+                entry = results.setdefault(task, {}).setdefault(name, {"runs": []})
+                entry["runs"].append(run)
+                print(f"[{task}/{name} seed {seed}] trained in {run['train_seconds']:.0f}s, unpruned acc "
+                      f"{run['sweep']['aire']['points'][0][1]:.2f}", flush=True)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(results, indent=1))  # after every model: a crash keeps the rest
+            runs = results[task][name]["runs"]
+            curves.setdefault(task, {})[name] = {
+                m: [(f, float(np.mean([r["sweep"][m]["points"][i][1] for r in runs])))
+                    for i, (f, _) in enumerate(runs[0]["sweep"][m]["points"])] for m in runs[0]["sweep"]}
     fig = accuracy_curves_figure(curves)
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.figure, dpi=110)
     print_tables(results)
+
+
+def one_model(spec: dict, dm, arch: dict, batches: list, seed: int) -> dict:
+    """Train one model, sweep every method over the ratios on the full test split, time the sliced AIRE model."""
+    model, train_s = train(spec, dm, arch, spec["bidirectional"], seed)
+    net = model.model
+    methods = [("aire", "intended"), ("last", "intended"), ("modal", "intended"), ("magnitude", "intended"),
+               ("random", "intended")]
+    if spec["bidirectional"]:
+        methods.append(("aire_quirk", "quirk"))
+    res = sweep(net, batches, methods, seed)
+    f_aire = max_within(res["aire"]["points"])[0]
+    smaller, p = aire.prune(net, f_aire if f_aire > 0 else 0.5, "aire")
+    dense_sps, pruned_sps = throughput(net, smaller, _stack_batches(batches[:4]))
+    lam = torch.cat([s.modal_terms()["lam_abs"] for s in net.ssms()])
+    return {"seed": seed, "train_seconds": round(train_s, 1), "params": sum(q.numel() for q in net.parameters()),
+            "states": sum(net.state_counts()), "test_size": sum(len(b["y"]) for b in batches),
+            "lam_abs_quantiles": [round(float(q), 4) for q in torch.quantile(lam, QUANTILES)],
+            "sweep": res, "speed": {"fraction": p.pruned_fraction, "dense_seq_per_s": dense_sps,
+                                    "pruned_seq_per_s": pruned_sps,
+                                    "state_macs_removed": 1 - smaller.state_macs_per_step() / net.state_macs_per_step(),
+                                    "layer_fractions": p.layer_fractions}}
 
 
 def speed_table(specs: dict, names: list[str]) -> None:
@@ -209,47 +253,62 @@ def _stack_batches(batches: list[dict]) -> dict:
             "y": torch.cat([b["y"] for b in batches])}
 
 
+def _ms(values) -> str:
+    v = np.asarray(values, dtype=float)
+    return f"{v.mean():.1f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.1f}"
+
+
 def print_tables(results: dict) -> None:
-    print("\n### Test accuracy (%) vs. fraction of states pruned, no retraining\n")
+    """Mean ± std over seeds; paired 95% CIs of AIRE minus each baseline over seeds (same trained model per seed)."""
+    print("\n### Test accuracy (%) vs. fraction of states pruned, no retraining (mean ± std over seeds)\n")
     header = "| task | model | method | " + " | ".join(f"{int(100 * r)}%" for r in RATIOS) + " |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for task, models in results.items():
         for name, r in models.items():
-            for method, v in r["sweep"].items():
-                accs = " | ".join(f"{a:.1f}" for _, a in v["points"])
+            runs = r["runs"]
+            for method in runs[0]["sweep"]:
+                accs = " | ".join(_ms([x["sweep"][method]["points"][i][1] for x in runs]) for i in range(len(RATIOS)))
                 print(f"| {task} | {name} | {method} | {accs} |")
-    print("\n### Largest fraction pruned before the accuracy drops by more than 1 point (change in points)\n")
-    methods = list(dict.fromkeys(m for models in results.values() for r in models.values() for m in r["sweep"]))
-    print("| task | model | unpruned acc | " + " | ".join(methods) + " | AIRE per-layer pruned % there |")
-    print("|---|---|---|" + "---|" * (len(methods) + 1))
-    summary = {m: [] for m in methods}
+    print("\n### Largest fraction pruned before the accuracy drops by more than 1 point (mean ± std over seeds, %)\n")
+    methods = list(dict.fromkeys(m for models in results.values() for r in models.values() for m in r["runs"][0]["sweep"]))
+    print("| task | model | seeds | test size | unpruned acc | " + " | ".join(methods) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(methods))
     for task, models in results.items():
         for name, r in models.items():
-            cells = []
-            for method in methods:
-                if method not in r["sweep"]:
-                    cells.append("-")
-                    continue
-                f, change = max_within(r["sweep"][method]["points"])
-                summary[method].append((f, change))
-                cells.append(f"{100 * f:.0f}% ({change:+.2f})")
-            pts = r["sweep"]["aire"]["points"]
-            idx = [p[0] for p in pts].index(max_within(pts)[0])
-            layers = ", ".join(f"{100 * x:.0f}" for x in r["sweep"]["aire"]["layer_fractions"][idx])
-            print(f"| {task} | {name} | {pts[0][1]:.2f} | " + " | ".join(cells) + f" | {layers} |")
-    means = " | ".join(f"{100 * statistics.mean(f for f, _ in v):.1f}% ({statistics.mean(c for _, c in v):+.2f})"
-                       for v in summary.values())
-    print(f"| mean | | | {means} | |")
-    print("\n### Speed: sliced AIRE-pruned model vs. unpruned (same run, same batch, CPU)\n")
+            runs = r["runs"]
+            cells = [_ms([100 * max_within(x["sweep"][m]["points"])[0] for x in runs]) if m in runs[0]["sweep"] else "-"
+                     for m in methods]
+            base = _ms([x["sweep"]["aire"]["points"][0][1] for x in runs])
+            print(f"| {task} | {name} | {len(runs)} | {runs[0].get('test_size', '-')} | {base} | " + " | ".join(cells)
+                  + " |")
+    print("\n### Paired differences, AIRE minus baseline (accuracy points; 95% CI over seeds)\n")
+    cols = [f"acc at {int(100 * q)}%" for q in HEADLINE_RATIOS] + ["1-point fraction (%)"]
+    print("| task | model | baseline | " + " | ".join(cols) + " |")
+    print("|---|---|---|" + "---|" * len(cols))
+    for task, models in results.items():
+        for name, r in models.items():
+            runs = r["runs"]
+            for other in [m for m in runs[0]["sweep"] if m != "aire"]:
+                cells = []
+                for q in HEADLINE_RATIOS:
+                    i = RATIOS.index(q)
+                    cells.append(str(paired_ci([x["sweep"]["aire"]["points"][i][1] for x in runs],
+                                               [x["sweep"][other]["points"][i][1] for x in runs])))
+                cells.append(str(paired_ci([100 * max_within(x["sweep"]["aire"]["points"])[0] for x in runs],
+                                           [100 * max_within(x["sweep"][other]["points"])[0] for x in runs])))
+                print(f"| {task} | {name} | {other} | " + " | ".join(cells) + " |")
+    print("\n### Speed: sliced AIRE-pruned model vs. unpruned (same run, same batch, CPU; mean over seeds)\n")
     print("| task | model | states pruned | state MACs removed | dense seq/s | pruned seq/s | speed-up | train s |")
     print("|---|---|---|---|---|---|---|---|")
     for task, models in results.items():
         for name, r in models.items():
-            s = r["speed"]
-            print(f"| {task} | {name} | {100 * s['fraction']:.0f}% | {100 * s['state_macs_removed']:.0f}% | "
-                  f"{s['dense_seq_per_s']:.0f} | {s['pruned_seq_per_s']:.0f} | "
-                  f"{s['pruned_seq_per_s'] / s['dense_seq_per_s']:.2f}x | {r['train_seconds']:.0f} |")
+            sp = [x["speed"] for x in r["runs"]]
+            mean = lambda k, sp=sp: float(np.mean([x[k] for x in sp]))  # noqa: E731
+            ratio = float(np.mean([x["pruned_seq_per_s"] / x["dense_seq_per_s"] for x in sp]))
+            print(f"| {task} | {name} | {100 * mean('fraction'):.0f}% | {100 * mean('state_macs_removed'):.0f}% | "
+                  f"{mean('dense_seq_per_s'):.0f} | {mean('pruned_seq_per_s'):.0f} | {ratio:.2f}x | "
+                  f"{np.mean([x['train_seconds'] for x in r['runs']]):.0f} |")
 
 
 if __name__ == "__main__":

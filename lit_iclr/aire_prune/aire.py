@@ -6,6 +6,8 @@ Score of state i of a layer (its modal subsystem h_k = C_i Lambda_bar_i^k B_bar_
     LAST       s_i = ||C_i||^2 ||B_bar_i||^2 / (1 - |Lambda_bar_i|)^2      (squared H-infinity norm; Gwak et al. 2024)
     magnitude  s_i = ||B_bar_i|| ||C_i||
     random     s_i ~ U(0, 1)
+    modal      s_i = ||C_i|| ||B_bar_i|| / (1 - |Lambda_bar_i|)           (H-infinity norm of the mode: classical
+               modal truncation; its error bound is the sum of the dropped s_i)
 
 Bidirectional layers have one C per direction. The intended AIRE form averages the energies, 1/2 (||C_f||^2 + ||C_b||^2);
 the official code's active line reads `(|C_f| + |C_b|)/2**2 * ...`, i.e. (||C_f|| + ||C_b||) / 4 by operator precedence,
@@ -16,6 +18,9 @@ Layer-wise normalisation (LAMP-style, as LAST): with the layer's scores sorted a
 so the strongest state of every layer scores 1. Then one global threshold: the K = floor((1 - rho) * total) states
 with the largest s^ over all layers are kept (ties go to the earlier index), without retraining. Each layer keeps at
 least its strongest state (K is raised to n_layers if needed), so no layer is left without states.
+
+`modal` is the control-theory baseline: modal truncation of each layer to the same order, no LAMP and no global
+threshold: every layer keeps max(floor((1 - rho) * n_l), 1) of its modes, those of largest H-infinity norm.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-METHODS = ("aire", "last", "magnitude", "random")
+METHODS = ("aire", "last", "magnitude", "random", "modal")
+UNIFORM = ("modal",)  # methods that prune every layer by the same fraction (no LAMP, no global threshold)
 EPS = 1e-8  # added to the denominators, as the official code does
 
 
@@ -48,6 +54,8 @@ def score_from_terms(terms: dict[str, torch.Tensor], method: str = "aire", bidir
         return b2.sqrt() * c_term.sqrt()
     if method == "random":
         return torch.rand(lam_abs.shape, generator=generator, dtype=torch.float64)
+    if method == "modal":
+        return (c_term * b2).sqrt() / ((1 - lam_abs) + EPS)
     raise ValueError(f"unknown pruning method {method!r}; choose from {METHODS}")
 
 
@@ -111,6 +119,8 @@ def plan_from_scores(raw: list[torch.Tensor], ratio: float, method: str = "aire"
     """
     if not 0.0 <= ratio < 1.0:
         raise ValueError(f"prune ratio must be in [0, 1), got {ratio}")
+    if method in UNIFORM:
+        return _uniform_plan(raw, ratio, method)
     normalized = [layerwise_normalize(s) for s in raw]
     flat = torch.cat(normalized)
     k = max(int((1.0 - ratio) * flat.numel() + 1e-9), len(normalized))
@@ -125,6 +135,14 @@ def plan_from_scores(raw: list[torch.Tensor], ratio: float, method: str = "aire"
         start += s.numel()
     threshold = float(flat[mask].min())
     return PrunePlan(method, ratio, keep, [s.numel() for s in raw], normalized, threshold)
+
+
+def _uniform_plan(raw: list[torch.Tensor], ratio: float, method: str) -> PrunePlan:
+    """Every layer keeps its max(floor((1 - ratio) n_l), 1) highest raw scores (modal truncation to a fixed order)."""
+    keep = [torch.sort(torch.nonzero(topk_mask(s, max(int((1.0 - ratio) * s.numel() + 1e-9), 1))).flatten()).values
+            for s in raw]
+    threshold = min(float(s[k].min()) for s, k in zip(raw, keep, strict=True))
+    return PrunePlan(method, ratio, keep, [s.numel() for s in raw], [s.clone() for s in raw], threshold)
 
 
 def plan(model, ratio: float, method: str = "aire", bidir: str = "intended", seed: int = 0) -> PrunePlan:

@@ -45,13 +45,17 @@ def collate_tokens(items) -> dict[str, torch.Tensor]:
     return {"x": x, "x_mask": mask, "y": torch.tensor([b for _, b in items], dtype=torch.long)}
 
 
-def pixel_sequences(images: np.ndarray, downsample: int, mean: float, std: float) -> np.ndarray:
-    """(N, S, S) images -> (N, (S/d)^2, 1) float32 sequences, row-major, d x d average-pooled and standardised."""
+def pixel_sequences(images: np.ndarray, downsample: int, mean: float, std: float, read_by: str = "pixel") -> np.ndarray:
+    """(N, S, S) images -> float32 sequences, d x d average-pooled and standardised: `pixel` reads them pixel by pixel,
+    row-major, (N, (S/d)^2, 1); `row` reads one row per step, (N, S/d, S/d)."""
     n, s, _ = images.shape
     if s % downsample:
         raise ValueError(f"downsample {downsample} does not divide the image size {s}")
+    if read_by not in ("pixel", "row"):
+        raise ValueError(f"read_by must be 'pixel' or 'row', got {read_by!r}")
     im = images.astype(np.float32).reshape(n, s // downsample, downsample, s // downsample, downsample).mean((2, 4))
-    return ((im.reshape(n, -1, 1) - mean) / std).astype(np.float32)
+    seq = im.reshape(n, -1, 1) if read_by == "pixel" else im
+    return ((seq - mean) / std).astype(np.float32)
 
 
 class _SeqDataModule(BaseDataModule):
@@ -84,7 +88,7 @@ class SequentialImageData(_SeqDataModule):
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 64, num_workers: int = 0,
                  dataset: str = "fashion_mnist", downsample: int = 2, train_size: int | None = None,
-                 val_size: int = 5000, test_size: int | None = None, seed: int = 0):
+                 val_size: int = 5000, test_size: int | None = None, seed: int = 0, read_by: str = "pixel"):
         """
         Args:
             root: Folder of the four Fashion-MNIST IDX files (.gz or plain); null: Debian's /usr/share/datasets/fashion-mnist.
@@ -97,13 +101,18 @@ class SequentialImageData(_SeqDataModule):
             val_size: Images held out of the training split for validation (digits: a fifth of its training part).
             test_size: Use only the first N test images (null: the whole test split).
             seed: Seed of the train/validation split.
+            read_by: "pixel": one pixel per step ((S/d)^2 steps of 1 feature); "row": one image row per step
+                (S/d steps of S/d features, sequential row-wise images).
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         if dataset not in ("fashion_mnist", "digits"):
             raise ValueError(f"dataset must be 'fashion_mnist' or 'digits', got {dataset!r}")
-        self.dataset, self.downsample = dataset, downsample
+        if read_by not in ("pixel", "row"):
+            raise ValueError(f"read_by must be 'pixel' or 'row', got {read_by!r}")
+        self.dataset, self.downsample, self.read_by = dataset, downsample, read_by
         self.train_size, self.val_size, self.test_size, self.seed = train_size, val_size, test_size, seed
-        self.d_input, self.vocab_size, self.num_classes = 1, 0, 10
+        side = (28 if dataset == "fashion_mnist" else 8) // downsample
+        self.d_input, self.vocab_size, self.num_classes = (1 if read_by == "pixel" else side), 0, 10
         self.collate = collate_pixels
 
     @property
@@ -112,7 +121,8 @@ class SequentialImageData(_SeqDataModule):
 
     @property
     def seq_len(self) -> int:
-        return (28 // self.downsample) ** 2 if self.dataset == "fashion_mnist" else (8 // self.downsample) ** 2
+        side = (28 if self.dataset == "fashion_mnist" else 8) // self.downsample
+        return side**2 if self.read_by == "pixel" else side
 
     def prepare_data(self) -> None:
         if self.dataset == "fashion_mnist" and not self.path.exists():
@@ -137,8 +147,8 @@ class SequentialImageData(_SeqDataModule):
             return
         xtr, ytr, xte, yte = self._load()
         mean, std = 0.2860 * 255, 0.3530 * 255  # Fashion-MNIST pixel statistics (digits use the same scaling)
-        xtr = pixel_sequences(xtr, self.downsample, mean, std)
-        xte = pixel_sequences(xte, self.downsample, mean, std)
+        xtr = pixel_sequences(xtr, self.downsample, mean, std, self.read_by)
+        xte = pixel_sequences(xte, self.downsample, mean, std, self.read_by)
         perm = np.random.default_rng(self.seed).permutation(len(ytr))
         n_val = len(ytr) // 5 if self.dataset == "digits" else self.val_size
         val, train = perm[:n_val], perm[n_val:]
@@ -152,7 +162,8 @@ class SequentialImageData(_SeqDataModule):
     def describe(self) -> str:
         sizes = f"{len(self.train_set)}/{len(self.val_set)}/{len(self.test_set)} train/val/test"
         where = "sklearn.datasets.load_digits" if self.dataset == "digits" else str(self.path)
-        return (f"Sequential {self.dataset} from {where}: {sizes} sequences of {self.seq_len} pixels "
+        return (f"Sequential {self.dataset} from {where}: {sizes} sequences of {self.seq_len} "
+                f"{'pixels' if self.read_by == 'pixel' else 'rows'} "
                 f"(downsample {self.downsample}), 10 classes.")
 
 

@@ -53,7 +53,7 @@ class AIREPruneClassifier(BaseModule):
             ssm_lr: Learning rate of Lambda, B and Delta.
             warmup_steps: Linear warm-up steps before cosine decay to 0 over the run.
             prune_ratio: Fraction of states pruned when `test` starts (0: none), by slicing the model.
-            prune_method: "aire", "last", "magnitude" or "random".
+            prune_method: "aire", "last", "magnitude", "random" or "modal" (modal truncation, same order per layer).
             prune_bidir: Bidirectional AIRE/LAST: "intended" (mean of squared C norms) or "quirk" (official code).
             prune_seed: Seed of the random baseline.
         """

@@ -6,7 +6,8 @@ import matplotlib.pyplot as plt
 import lit_iclr.core.figures  # noqa: F401  (selects the headless backend)
 
 STYLE = {"aire": ("tab:red", "o"), "last": ("tab:blue", "s"), "magnitude": ("tab:green", "^"),
-         "random": ("tab:gray", "x"), "aire_quirk": ("k", ".")}
+         "random": ("tab:gray", "x"), "aire_quirk": ("k", "."),
+         "modal": ("tab:purple", "v")}
 
 
 def layer_fraction_figure(prune_plan):

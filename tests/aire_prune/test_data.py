@@ -140,3 +140,16 @@ def test_digits_sequences():
     assert len(dm.train_set) + len(dm.val_set) == 1437 and len(dm.test_set) == 360
     batch = next(iter(dm.val_dataloader()))
     assert batch["x"].shape == (16, 64, 1) and batch["y"].max() < 10
+
+
+def test_row_sequences_read_one_pooled_row_per_step():
+    img = np.arange(16, dtype=np.uint8).reshape(1, 4, 4)
+    seq = pixel_sequences(img, 2, mean=1.0, std=2.0, read_by="row")
+    np.testing.assert_allclose(seq[0], (np.array([[2.5, 4.5], [10.5, 12.5]]) - 1.0) / 2.0)
+    np.testing.assert_allclose(pixel_sequences(img, 1, 0.0, 1.0, "row")[0], img[0])
+    with pytest.raises(ValueError, match="read_by"):
+        pixel_sequences(img, 1, 0.0, 1.0, "column")
+    dm = SequentialImageData(dataset="digits", downsample=1, batch_size=16, read_by="row")
+    dm.setup("fit")
+    assert (dm.seq_len, dm.d_input) == (8, 8)
+    assert next(iter(dm.val_dataloader()))["x"].shape == (16, 8, 8)

@@ -242,3 +242,34 @@ def test_fft_and_scan_agree_and_macs_shrink():
         torch.testing.assert_close(model(x), y_fft, atol=1e-5, rtol=1e-5)
         smaller, p = aire.prune(model, 0.5)
         assert smaller.state_macs_per_step() == pytest.approx(model.state_macs_per_step() * (1 - p.pruned_fraction))
+
+
+def test_modal_truncation_score_and_uniform_order_per_layer():
+    """modal = ||C_i|| ||B_bar_i|| / (1 - |lam_i|) (the mode's H-infinity norm); each layer keeps the same fraction."""
+    torch.manual_seed(0)
+    model = SSMClassifier("s5", d_model=8, n_layers=3, state_size=16)
+    for i, ssm in enumerate(model.ssms()):
+        _spread_steps(ssm, seed=i)
+    ssm = next(iter(model.ssms()))
+    log_lam, b_bar = (t.detach().to(torch.complex128) for t in ssm.discretize())
+    c = ssm.output_matrices()[0].detach().to(torch.complex128)
+    lam = torch.exp(log_lam.real)
+    # the gain |C_i B_i| / |e^{jw} - lam_i| of the first-order mode over frequency: a grid never exceeds the score,
+    # and at w = arg(lam_i) it equals it (the peak)
+    score = aire.layer_scores(ssm, "modal")
+    gain = (c.norm(dim=0) * b_bar.norm(dim=1))
+    w = torch.linspace(-math.pi, math.pi, 4001, dtype=torch.float64)[:, None]
+    grid = gain[None, :] / (torch.exp(1j * w) - torch.exp(log_lam)[None, :]).abs()
+    assert torch.all(grid <= score[None, :] * (1 + 1e-4))  # the scores come from float32 parameters
+    at_peak = gain / (torch.exp(1j * log_lam.imag) - torch.exp(log_lam)).abs()
+    torch.testing.assert_close(score, at_peak, rtol=1e-4, atol=0)
+    assert torch.all(lam < 1)
+    for ratio in (0.3, 0.5, 0.95):
+        p = aire.plan(model, ratio, "modal")
+        for raw_ssm, keep in zip(model.ssms(), p.keep, strict=True):
+            s = aire.layer_scores(raw_ssm, "modal")
+            k = max(int((1 - ratio) * s.numel() + 1e-9), 1)
+            assert len(keep) == k  # the same order in every layer, at least one state
+            assert set(keep.tolist()) == set(torch.argsort(s, descending=True)[:k].tolist())
+    smaller, p = aire.prune(model, 0.95, "modal")
+    assert smaller(torch.randn(2, 5, 1)).shape == (2, 10)
