@@ -32,8 +32,8 @@ SETTINGS = {  # name: (hidden widths, batch, particles N, Euler steps of the ref
     "default": ((128, 128), 128, 8, 5, 1),
     "paper": ((512, 512, 512, 512), 256, 10, 10, 3),
 }
-EPISODES = 5  # of the default cube-single data (configs/vgf.yaml: 50); the step's cost does not depend on it
-FLOW = {"flow_lr": 0.05, "alpha": 0.5, "discount": 0.99, "tau": 0.005}  # configs/vgf.yaml (value_q_agg: mean)
+EPISODES = 5  # of the default cube-single data (configs/vgf_cube.yaml: 50); the step's cost does not depend on it
+FLOW = {"flow_lr": 0.05, "alpha": 0.5, "discount": 0.99, "tau": 0.005}  # configs/vgf_cube.yaml (value_q_agg: mean)
 
 
 # ------------------------------------------------------------------------------------------------------------ workers
@@ -107,7 +107,7 @@ def plain_runner(model_args: dict, data: str, batch: int):
     ex = sample()
     model = VGF(obs_dim=ex["observations"].shape[1], action_dim=ex["actions"].shape[1], **model_args)
     losses = torch.compile(model.update_losses) if model_args["compile_update"] else model.update_losses
-    opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, fused=True)  # as configs/vgf.yaml
+    opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, fused=True)  # as configs/vgf_cube.yaml
     opt_critic = torch.optim.Adam(model.critic.parameters(), lr=3e-4, fused=True)
     gen = torch.Generator()
 
@@ -128,7 +128,7 @@ def plain_runner(model_args: dict, data: str, batch: int):
 
 
 def fit_runner(model_args: dict, batch: int, setting: str):
-    """Each block is a fresh `cli.py fit` of configs/vgf.yaml (validation off); the block's time is the span between
+    """Each block is a fresh `cli.py fit` of configs/vgf_cube.yaml (validation off); the block's time is the span between
     the end of its first and of its last step, so the CLI's setup and the first step's compile are not in it."""
     from lightning.pytorch.callbacks import Callback
 
@@ -153,7 +153,7 @@ def fit_runner(model_args: dict, batch: int, setting: str):
 
     def run(steps: int) -> tuple[float, float]:
         clock = StepClock()
-        args = ["--config", str(ROOT / "configs" / "vgf.yaml"), *overrides, "--data.init_args.batch_size", str(batch),
+        args = ["--config", str(ROOT / "configs" / "vgf_cube.yaml"), *overrides, "--data.init_args.batch_size", str(batch),
                 "--data.init_args.data_dir", str(ROOT / "data"), "--data.init_args.num_episodes", str(EPISODES),
                 "--data.init_args.steps_per_epoch", str(steps + 1),
                 "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "0", "--trainer.default_root_dir",
