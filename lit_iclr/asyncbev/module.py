@@ -1,0 +1,158 @@
+"""LightningModule: the BEV fusion detector trained with (or without) AsyncBEV, evaluated by nuscenes-devkit."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+
+from lit_iclr.core import BaseModule
+from lit_iclr.core.errors import CheckpointError, ConfigError
+
+from .evaluate import box_record, nuscenes_metrics, write_results
+from .model import BEVFusionDetector
+from .targets import build_targets, decode, flow_loss, focal_loss, gt_velocity_field, regression_loss
+
+COMPENSATIONS = ("none", "emc", "asyncbev", "oracle")
+
+
+class AsyncBEV(BaseModule):
+    """Grid-based LiDAR-camera BEV detector with the AsyncBEV flow module (or a baseline compensation)."""
+
+    def __init__(self, num_classes: int = 4, image_size: tuple[int, int] = (40, 64), half_range: float = 25.6,
+                 grid_size: int = 64, channels: int = 32, image_backbone: str = "test_resnet", flow_base: int = 16,
+                 flow_depth: int = 1, use_time_code: bool = True, use_position_code: bool = True,
+                 compensation: str = "asyncbev", flow_loss_weight: float = 0.2, reg_loss_weight: float = 0.25,
+                 detector_checkpoint: str | None = None, freeze_detector: bool = False, top_k: int = 100,
+                 optimizer: OptimizerCallable = torch.optim.AdamW):
+        """
+        Args:
+            num_classes: Detection classes (from the data).
+            image_size: Camera image height, width (from the data).
+            half_range: BEV grid covers [-half_range, half_range] m in x and y around the LiDAR.
+            grid_size: BEV cells per side.
+            channels: BEV feature channels of both branches.
+            image_backbone: timm architecture of the camera branch (stride-8 stage used).
+            flow_base: Channels of the first FlowUNet level (then x2, x4, x8).
+            flow_depth: Conv blocks per FlowUNet encoder level.
+            use_time_code: Condition the flow on dt (ablation: false).
+            use_position_code: Condition the flow on the EMC-transformed cell positions (ablation: false).
+            compensation: How the delayed modality is aligned in training and validation: none | emc | asyncbev | oracle.
+            flow_loss_weight: Weight of the speed-bucketed flow loss (paper: 0.2); 0 trains AsyncBEV without it.
+            reg_loss_weight: Weight of the box regression L1 (CenterPoint: 0.25).
+            detector_checkpoint: Weights of a trained detector (a Lightning checkpoint, read with weights_only=True).
+            freeze_detector: Train only the AsyncBEV module (the paper starts from the synchronous detector, frozen).
+            top_k: Boxes kept per sample when decoding.
+            optimizer: Optimizer factory.
+        """
+        super().__init__()
+        if compensation not in COMPENSATIONS:
+            raise ConfigError(f"compensation must be one of {COMPENSATIONS}, got {compensation!r}")
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
+        self.compensation, self.flow_loss_weight, self.reg_loss_weight = compensation, flow_loss_weight, reg_loss_weight
+        self.top_k, self.freeze_detector = top_k, freeze_detector
+        self.net = BEVFusionDetector(num_classes, half_range, grid_size, channels, image_backbone, tuple(image_size),
+                                     flow_base, flow_depth, use_time_code, use_position_code)
+        if detector_checkpoint is not None:
+            self.load_detector(detector_checkpoint)
+        self._val_results: dict[str, list[dict]] = {}
+
+    # ------------------------------------------------------------------ weights
+    def load_detector(self, path: str) -> None:
+        """Detector weights (everything except the flow module) from a checkpoint of this class."""
+        p = Path(path)
+        if not p.exists():
+            raise CheckpointError(p, "detector checkpoint not found", "train the synchronous detector first or fix the path")
+        state = torch.load(p, map_location="cpu", weights_only=True)
+        state = state.get("state_dict", state)
+        det = {k[len("net."):]: v for k, v in state.items() if k.startswith("net.") and not k.startswith("net.flow.")}
+        missing, _ = self.net.load_state_dict(det, strict=False)
+        if [k for k in missing if not k.startswith("flow.")]:
+            raise CheckpointError(p, f"does not hold this detector's weights (missing {missing[:3]})",
+                                  "use a checkpoint written by AsyncBEV with the same sizes")
+
+    def detector_parameters(self):
+        return [p for n, p in self.net.named_parameters() if not n.startswith("flow.")]
+
+    def configure_optimizers(self):
+        if self.freeze_detector:
+            for p in self.detector_parameters():
+                p.requires_grad_(False)
+        return self.optimizer([p for p in self.parameters() if p.requires_grad])
+
+    def on_train_epoch_start(self) -> None:
+        ds = getattr(self.trainer.train_dataloader, "dataset", None)
+        if hasattr(ds, "epoch"):
+            ds.epoch = self.current_epoch  # new random delays every epoch
+        if self.freeze_detector:  # frozen BatchNorm statistics too
+            for name, m in self.net.named_modules():
+                if not name.startswith("flow") and isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+
+    # ------------------------------------------------------------------ losses
+    def losses(self, batch: dict, compensation: str | None = None) -> dict[str, torch.Tensor]:
+        comp = compensation or self.compensation
+        grid = self.net.grid
+        gt_v = gt_velocity_field(batch["boxes"], batch["boxes_mask"], batch["dt"], grid)
+        gt_flow = gt_v * batch["dt"].view(-1, 1, 1, 1)
+        out = self.net(batch, comp, gt_flow)
+        heat_t, ind, reg_t, reg_m = build_targets(batch["boxes"], batch["boxes_mask"], grid, out["heatmap"].shape[1])
+        loss_hm = focal_loss(out["heatmap"], heat_t)
+        loss_reg = regression_loss(out["reg"], ind, reg_t, reg_m)
+        logs = {"loss_heatmap": loss_hm, "loss_reg": loss_reg}
+        loss = loss_hm + self.reg_loss_weight * loss_reg
+        if "velocity" in out:
+            pred_flow = out["velocity"] * batch["dt"].view(-1, 1, 1, 1)
+            logs["loss_flow"] = flow_loss(pred_flow, gt_flow, gt_v)
+            loss = loss + self.flow_loss_weight * logs["loss_flow"]
+        logs["loss"] = loss
+        return logs
+
+    def training_step(self, batch, batch_idx):
+        logs = self.losses(batch)
+        self.log_train({f"train/{k}": v for k, v in logs.items()}, prog_bar=["train/loss"])
+        return logs["loss"]
+
+    # ------------------------------------------------------------------ prediction and devkit evaluation
+    @torch.no_grad()
+    def predict_boxes(self, batch: dict, compensation: str | None = None) -> dict[str, list[dict]]:
+        """nuScenes result boxes (global frame) per sample token."""
+        comp = compensation or self.compensation
+        gt_flow = None
+        if comp == "oracle":
+            gt_flow = gt_velocity_field(batch["boxes"], batch["boxes_mask"], batch["dt"], self.net.grid)
+            gt_flow = gt_flow * batch["dt"].view(-1, 1, 1, 1)
+        out = self.net(batch, comp, gt_flow)
+        dets = decode(out["heatmap"], out["reg"], self.net.grid, self.top_k)
+        results = {}
+        for b, d in enumerate(dets):
+            T = batch["lidar2global"][b].double().cpu().numpy()
+            c = d["center"].double().cpu().numpy() @ T[:3, :3].T + T[:3, 3]
+            v = d["velocity"].double().cpu().numpy() @ T[:2, :2].T
+            yaw = d["yaw"].double().cpu().numpy() + np.arctan2(T[1, 0], T[0, 0])
+            size = d["size"].cpu().numpy()
+            results[batch["sample_token"][b]] = [
+                box_record(batch["sample_token"][b], c[k], size[k], yaw[k], v[k], int(d["label"][k]), float(d["score"][k]))
+                for k in range(len(c))]
+        return results
+
+    def validation_step(self, batch, batch_idx):
+        logs = self.losses(batch)
+        self.log_dict({f"val/{k}": v for k, v in logs.items()}, batch_size=len(batch["dt"]))
+        self._val_results.update(self.predict_boxes(batch))
+
+    def on_validation_epoch_end(self) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        results, self._val_results = self._val_results, {}
+        if self.trainer.sanity_checking or dm is None or getattr(dm, "reader", None) is None:
+            return
+        if set(results) != set(dm.val_tokens):  # limit_val_batches: the devkit needs every sample of the split
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_results(Path(tmp) / "results_nusc.json", results)
+            m = nuscenes_metrics(dm.reader.nusc, path, dm.val_split, tmp)
+        for split, vals in m.items():
+            self.log_dict({f"val/{split}_{k}": float(v) for k, v in vals.items() if k in ("NDS", "mAP", "mAVE", "mATE")})
