@@ -65,15 +65,20 @@ def run(job: tuple[str, int, list[str], str]) -> dict:
     return result
 
 
-def paired_ci(a: np.ndarray, b: np.ndarray) -> str:
-    from scipy import stats
+def ci(a: np.ndarray, b: np.ndarray) -> str:
+    """Paired 95% CI of mean(a - b) over seeds (`lit_iclr.core.stats.paired_ci`), flagged when it covers 0."""
+    from lit_iclr.core.stats import paired_ci
 
-    d = np.asarray(a) - np.asarray(b)
-    if len(d) < 2 or np.allclose(d, d[0]):
-        return f"{d.mean():+.2f} (no spread)"
-    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    sig = "" if abs(d.mean()) > half else ", not significant"
-    return f"{d.mean():+.2f} [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}]{sig}"
+    r = paired_ci(a, b)
+    if r.low == r.high:
+        return f"{r.mean:+.2f} (no spread)"
+    sig = "" if r.low > 0 or r.high < 0 else ", not significant"
+    return f"{r.mean:+.2f} [{r.low:+.2f}, {r.high:+.2f}]{sig}"
+
+
+def ms(v) -> str:
+    v = np.asarray(v, dtype=float)
+    return f"{v.mean():.1f} +- {v.std(ddof=1) if len(v) > 1 else 0.0:.1f}"
 
 
 def ensemble_speed(members: int = 5, rollouts: int = 256, reps: int = 200) -> tuple[float, float]:
@@ -102,6 +107,79 @@ def ensemble_speed(members: int = 5, rollouts: int = 256, reps: int = 200) -> tu
     return batched, looped
 
 
+def edge_states(env, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Hazard-edge states of point_goal: just outside the hazard (|p - h| in [r, r + 0.15]), moving towards it."""
+    ang = rng.uniform(0, 2 * np.pi, n)
+    rad = env.hazard_radius + rng.uniform(0.0, 0.15, n)
+    unit = np.stack([np.cos(ang), np.sin(ang)], -1)
+    pos = env.hazard + rad[:, None] * unit
+    vel = -unit * rng.uniform(0.0, 0.6, n)[:, None]
+    return pos, vel
+
+
+def rollout_cost(env, policy, pos: np.ndarray, vel: np.ndarray, steps: int, gamma_c: float) -> np.ndarray:
+    """Monte-Carlo discounted cost sum_t gamma_c^t c_t of a deterministic batched `policy` (obs [N, 4] -> [N, 2])
+    run in the real simulator from each (pos, vel), for `steps` steps (one MuJoCo state per start, policy batched)."""
+    from lit_iclr.sooper.envs import make_task
+
+    envs = [make_task("point_goal") for _ in range(len(pos))]
+    obs = np.stack([e.reset_to(p, v) for e, p, v in zip(envs, pos, vel, strict=True)])
+    cost, disc = np.zeros(len(pos)), 1.0
+    for _ in range(steps):
+        act = policy(obs)
+        out = [e.step(a) for e, a in zip(envs, act, strict=True)]
+        obs = np.stack([o[0] for o in out])
+        cost += disc * np.array([o[4]["cost"] for o in out])
+        disc *= gamma_c
+    return cost
+
+
+def diagnose(args) -> None:
+    """Is the prior's Q_c(s, pi_hat(s)) an upper bound on pi_hat's real discounted cost from hazard-edge states?"""
+    import torch
+
+    torch.set_num_threads(1)
+    from lit_iclr.sooper.data import SafeOfflineData
+    from lit_iclr.sooper.envs import point_goal_prior
+    from lit_iclr.sooper.module import SOOPER
+    from lit_iclr.sooper.planning import aggregate_cost
+
+    data = {}
+    for cost in sorted({float(g.split(":")[2]) for g in args.diag_grid.split(",")}):
+        dm = SafeOfflineData(data_dir=str(Path(args.out) / "data"), num_episodes=100, batch_size=128, safe_episode_cost=cost)
+        dm.prepare_data()
+        dm.setup("fit")
+        data[cost] = dm.transitions
+    env = dm.make_env()
+    pos, vel = edge_states(env, args.diag_states, np.random.default_rng(0))
+    gamma_c = 0.99
+    scripted = rollout_cost(env, lambda o: point_goal_prior(o, env), pos, vel, 100, gamma_c)
+    obs0 = torch.as_tensor(np.concatenate([pos, vel], -1), dtype=torch.float32)
+    print(f"\n### Monte-Carlo check of Q_c(s, pi_hat(s)) from {len(pos)} hazard-edge states of point_goal "
+          f"(100 steps, gamma_c = {gamma_c}); behaviour's cautious controller from the same states: "
+          f"J_c = {scripted.mean():.2f}, {np.mean(scripted > 0):.0%} enter the hazard\n")
+    print("| prior steps | critic width | BC-Safe max episode cost | seed | MC J_c of pi_hat (mean) | "
+          "states where pi_hat enters the hazard | "
+          "Q_c mean (kappa 0) | Q_c kappa 1 | Q_c kappa 3 | upper bound (kappa 0 / 1 / 3) | fit s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for g in args.diag_grid.split(","):
+        steps, width, safe_cost = int(g.split(":")[0]), int(g.split(":")[1]), float(g.split(":")[2])
+        for seed in range(args.diag_seeds):
+            torch.manual_seed(seed)
+            m = SOOPER(4, 2, critic_hidden=[width, width], seed=seed, warm_start=False)
+            t0 = time.perf_counter()
+            m.fit_prior(data[safe_cost], steps, 128)
+            fit_s = time.perf_counter() - t0
+            with torch.no_grad():
+                mc = rollout_cost(env, lambda o, pi=m.prior: pi(torch.as_tensor(o, dtype=torch.float32)).numpy(), pos,
+                                  vel, 100, gamma_c)
+                heads = m.prior_cost(obs0, m.prior(obs0))
+            q = {k: aggregate_cost(heads, k).numpy() for k in (0.0, 1.0, 3.0)}
+            ub = " / ".join(f"{np.mean(q[k] >= mc):.0%}" for k in q)
+            print(f"| {steps} | {width} | {safe_cost:g} | {seed} | {mc.mean():.2f} | {np.mean(mc > 0):.0%} | "
+                  f"{q[0.0].mean():.2f} | {q[1.0].mean():.2f} | {q[3.0].mean():.2f} | {ub} | {fit_s:.0f} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=3)
@@ -110,16 +188,30 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "sooper"))
     p.add_argument("--report-only", action="store_true", help="re-print the table from the runs' result.json files")
     p.add_argument("--episodes", type=int, default=10, help="real episodes per run (configs/sooper.yaml: 20)")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of the methods")
+    p.add_argument("--set", default="", help="extra CLI overrides for every method, one string, e.g. "
+                   "--set='--model.init_args.cost_kappa 3'")
+    p.add_argument("--diagnose", action="store_true", help="Monte-Carlo check of the prior's cost critic, then exit")
+    p.add_argument("--diag-states", type=int, default=200)
+    p.add_argument("--diag-seeds", type=int, default=2)
+    p.add_argument("--diag-grid", default="1000:64:8,1000:64:15,4000:64:8,4000:64:15",
+                   help="prior steps:critic width:BC-Safe max episode cost, comma-separated")
     args = p.parse_args()
+    if args.diagnose:
+        return diagnose(args)
     if args.report_only:
         results = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("*/result.json"))]
         return report(results, float("nan"), args)
     extra = ["--data.init_args.online_episodes", str(3 if args.quick else args.episodes)]
     extra += ["--model.init_args.prior_steps", "200"] if args.quick else []
-    jobs = [(m, s, extra, args.out) for s in range(args.seeds) for m in METHODS]
+    extra += args.set.split()
+    methods = args.methods.split(",")
+    jobs = [(m, s, extra, args.out) for s in range(args.seeds) for m in methods]
     t0 = time.perf_counter()
-    with mp.get_context("spawn").Pool(args.jobs) as pool:
-        results = list(pool.imap_unordered(run, jobs, chunksize=1))
+    pool = mp.get_context("spawn").Pool(args.jobs)
+    results = list(pool.imap_unordered(run, jobs, chunksize=1))
+    pool.close()  # let the workers exit: terminate() (the context manager's exit) hangs on Lightning's SIGTERM handler
+    pool.join()
     total = time.perf_counter() - t0
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "results.json").write_text(json.dumps(results))
@@ -128,6 +220,7 @@ def main() -> None:
 
 def report(results: list[dict], total: float, args) -> None:
     by = {m: sorted([r for r in results if r["method"] == m], key=lambda r: r["seed"]) for m in METHODS}
+    by = {m: rs for m, rs in by.items() if rs}
     seeds = sorted(set.intersection(*[{r["seed"] for r in rs} for rs in by.values()]))  # seeds every method finished
     by = {m: [r for r in rs if r["seed"] in seeds] for m, rs in by.items()}
     args.seeds = len(seeds)
@@ -147,15 +240,16 @@ def report(results: list[dict], total: float, args) -> None:
         env_sps = np.mean([np.nanmean(r["env_steps_per_s"]) for r in rs])
         im = np.mean([np.nanmean(r["imagined_per_s"]) for r in rs]) if m != "prior" else float("nan")
         fviol = np.sum([r["final"]["violations"] for r in rs])
-        print(f"| {m} | {final[m].mean():.1f} +- {final[m].std():.1f} | {final[m].mean() - final['prior'].mean():+.1f} | "
-              f"{viol[m].mean():.1f} ({', '.join(str(int(v)) for v in viol[m])}) | {cost.mean():.0f} | {int(fviol)} | "
+        print(f"| {m} | {ms(final[m])} | {final[m].mean() - final['prior'].mean():+.1f} | "
+              f"{ms(viol[m])} ({', '.join(str(int(v)) for v in viol[m])}) | {ms(cost)} | {int(fviol)} | "
               f"{iv_first:.2f} / {iv_last:.2f} | {env_sps:.0f} | {im:.0f} |")
     print("\nPaired differences over seeds (mean [95% CI]):\n")
-    print(f"- SOOPER - prior, final return: {paired_ci(final['SOOPER'], final['prior'])}")
-    for m in METHODS:
+    print(f"- SOOPER - prior, final return: {ci(final['SOOPER'], final['prior'])}")
+    print(f"- prior - SOOPER, over-budget episodes while learning: {ci(viol['prior'], viol['SOOPER'])}")
+    for m in by:
         if m not in ("SOOPER", "prior"):
-            print(f"- {m} - SOOPER, over-budget episodes while learning: {paired_ci(viol[m], viol['SOOPER'])}; "
-                  f"final return: {paired_ci(final[m], final['SOOPER'])}")
+            print(f"- {m} - SOOPER, over-budget episodes while learning: {ci(viol[m], viol['SOOPER'])}; "
+                  f"final return: {ci(final[m], final['SOOPER'])}")
     batched, looped = ensemble_speed()
     print(f"\nEnsemble rollout forward (5 members x 256 rollouts, 1 thread): batched {batched:,.0f} transitions/s vs "
           f"member loop {looped:,.0f} ({batched / looped:.2f}x). Wall time: {total / 60:.1f} min with {args.jobs} processes.")

@@ -40,7 +40,7 @@ def pessimistic_cost_target(cost: torch.Tensor, q_next: torch.Tensor, q_now: tor
 class SOOPER(BaseModule):
     def __init__(self, obs_dim: int, action_dim: int, budget: float = 5.0, filter: str = "sooper",
                  lagrangian: bool = False, learn: bool = True, optimism: float = 0.1, pessimism: float = 1.0,
-                 discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0,
+                 discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0, undiscounted_phi: bool = False,
                  advantage_threshold: float = 0.1, ensemble_size: int = 5, model_hidden: list[int] | None = None,
                  actor_hidden: list[int] | None = None, critic_hidden: list[int] | None = None, critic_heads: int = 2,
                  horizon: int = 10, num_rollouts: int = 400, model_updates: int = 100, sac_updates: int = 100,
@@ -63,6 +63,8 @@ class SOOPER(BaseModule):
             discount: gamma of the reward.
             cost_discount: gamma_c of the cost (constraint and prior cost critic).
             cost_kappa: Q_c^{pi_hat} used as mean + kappa * std over its heads (pessimism about the prior's own cost).
+            undiscounted_phi: Shield on Phi = C_t + Q_c (the authors' code; more conservative) instead of the exact
+                C_t + gamma_c^t Q_c.
             advantage_threshold: Threshold of the advantage filter.
             ensemble_size: Dynamics ensemble members E.
             model_hidden: Hidden widths of each dynamics member.
@@ -127,7 +129,8 @@ class SOOPER(BaseModule):
     def planning_config(self) -> PlanningConfig:
         h = self.hparams
         return PlanningConfig(h.horizon, h.optimism, h.pessimism, h.cost_discount, h.filter, h.budget,
-                              h.advantage_threshold, h.cost_kappa, float(self.lagrange) if h.lagrangian else 0.0)
+                              h.advantage_threshold, h.cost_kappa, float(self.lagrange) if h.lagrangian else 0.0,
+                              h.undiscounted_phi)
 
     def _batch(self, data: dict[str, torch.Tensor], size: int, members: int | None = None) -> dict[str, torch.Tensor]:
         n = len(next(iter(data.values())))

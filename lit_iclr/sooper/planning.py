@@ -43,6 +43,7 @@ class PlanningConfig:
     advantage_threshold: float
     cost_kappa: float  # head pessimism of Q_c^{pi_hat}
     penalty: float = 0.0  # Lagrange multiplier lambda: reward r - lambda c (SAC-Lagrangian)
+    undiscounted_phi: bool = False  # Phi = C_t + Q_c (authors' code) instead of C_t + gamma_c^t Q_c
 
 
 def unsafe_mask(cfg: PlanningConfig, obs, action, cum_cost, discount_t, prior, prior_cost) -> torch.Tensor:
@@ -51,7 +52,7 @@ def unsafe_mask(cfg: PlanningConfig, obs, action, cum_cost, discount_t, prior, p
         return torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)
     q_c = aggregate_cost(prior_cost(obs, action), cfg.cost_kappa)
     if cfg.filter == "sooper":
-        return sooper_unsafe(cum_cost, discount_t, q_c, cfg.budget)
+        return sooper_unsafe(cum_cost, torch.ones_like(discount_t) if cfg.undiscounted_phi else discount_t, q_c, cfg.budget)
     q_c_prior = aggregate_cost(prior_cost(obs, prior(obs)), cfg.cost_kappa)
     return advantage_unsafe(q_c, q_c_prior, cfg.advantage_threshold)
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from lit_iclr.sooper.module import pessimistic_cost_target
 from lit_iclr.sooper.nets import Critics, DeterministicPolicy, DynamicsEnsemble, EnsembleMLP, TanhGaussianActor
-from lit_iclr.sooper.planning import PlanningConfig, advantage_unsafe, aggregate_cost, imagine, sooper_unsafe
+from lit_iclr.sooper.planning import PlanningConfig, advantage_unsafe, aggregate_cost, imagine, sooper_unsafe, unsafe_mask
 
 OBS, ACT = 4, 2
 
@@ -46,6 +46,18 @@ def cfg(**kw):
     base = dict(horizon=4, optimism=0.5, pessimism=2.0, cost_discount=0.9, filter="sooper", budget=1e9,
                 advantage_threshold=0.1, cost_kappa=0.0)
     return PlanningConfig(**{**base, **kw})
+
+
+def test_undiscounted_phi_adds_the_cost_to_go_without_gamma_t():
+    _, _, prior, _, q_c = nets()
+    s, a = torch.randn(5, OBS), torch.rand(5, ACT) * 2 - 1
+    q = q_c(s, a).mean(0)
+    cum, disc = torch.full((5,), 1.0), torch.full((5,), 0.5)
+    budget = float((cum + 0.75 * q).median())  # between the discounted and undiscounted Phi of some rows
+    got = unsafe_mask(cfg(budget=budget), s, a, cum, disc, prior, q_c)
+    got_u = unsafe_mask(cfg(budget=budget, undiscounted_phi=True), s, a, cum, disc, prior, q_c)
+    assert got.tolist() == (cum + 0.5 * q >= budget).tolist()
+    assert got_u.tolist() == (cum + q >= budget).tolist()
 
 
 def test_rollouts_terminate_where_the_shield_intervenes_with_the_priors_value():
