@@ -29,11 +29,14 @@ OUT = ROOT / "benchmarks" / "out" / "storm"
 REGION = [30.0, 72.0, 300.0, 45.0]  # North Atlantic / Europe box, crossing 0 E
 
 
-def make_data(quick: bool, eval_stride: int = 16):
+def make_data(args):
+    """The default planet (or a shorter one: --days, --spinup_days, with date-range splits)."""
     from lit_iclr.storm import WB2WeatherData
 
-    dm = WB2WeatherData(data_dir=str(ROOT / "data"), batch_size=16, eval_lead_times=[6, 24, 72, 120],
-                        eval_stride=64 if quick else eval_stride)
+    dm = WB2WeatherData(data_dir=str(ROOT / "data"), batch_size=args.batch, eval_lead_times=[6, 24, 72, 120],
+                        eval_stride=64 if args.quick else args.eval_stride, default_days=args.days,
+                        default_spinup_days=args.spinup_days, train_period=args.train_period,
+                        val_period=args.val_period, test_period=args.test_period)
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -61,9 +64,9 @@ def n_params(m) -> int:
 
 def train(m, dm, steps: int, lr: float = 2e-3, seed: int = 0) -> dict:
     opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=1e-4)
-    warm = 30
+    warm = min(30, max(1, steps // 5))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.05 + 0.475 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
+        opt, lambda s: (s + 1) / warm if s < warm else 0.05 + 0.475 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     gen = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=True, generator=gen,
                                          drop_last=True)
@@ -83,7 +86,7 @@ def train(m, dm, steps: int, lr: float = 2e-3, seed: int = 0) -> dict:
         sched.step()
         step += 1
     return {"seconds": time.time() - t0, "samples_per_s": steps * dm.batch_size / (time.time() - t0),
-            "final_loss": float(loss)}
+            "final_loss": float(loss.detach())}
 
 
 @torch.no_grad()
@@ -183,7 +186,7 @@ def loader_rate(dm, batches: int = 30) -> float:
     return n / (time.time() - t0)
 
 
-def figures(models, dm, results, cons):
+def figures(models, dm, results, out: Path = OUT):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,7 +194,7 @@ def figures(models, dm, results, cons):
 
     from lit_iclr.storm.module import forecast_figure
 
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     m = models["STORM"]
     b = next(iter(torch.utils.data.DataLoader(dm.test_set, batch_size=1)))
     leads = dm.test_set.lead_steps.tolist()
@@ -199,7 +202,7 @@ def figures(models, dm, results, cons):
         preds = m.rollout(b["x"], b["static"], b["init_time"], max(leads))
     pred = torch.stack([preds[k - 1][0][0] for k in leads])
     fig = forecast_figure(pred, b["y"][0], leads, 0, m.channel_names, m.norm_mean, m.norm_std, dm.step_hours)
-    fig.savefig(OUT / "storm_forecast.png", dpi=90)
+    fig.savefig(out / "storm_forecast.png", dpi=90)
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for name, r in results.items():
@@ -210,7 +213,7 @@ def figures(models, dm, results, cons):
     axes[1].set(xlabel="lead (h)", ylabel="ACC")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(OUT / "storm_skill.png", dpi=90)
+    fig.savefig(out / "storm_skill.png", dpi=90)
     plt.close(fig)
 
 
@@ -226,7 +229,8 @@ def model_specs(dm, names: list[str]) -> dict[str, dict]:
     specs = {"STORM": {}, "STORM w/o cross-scale": dict(cross_scale=False),
              f"single-scale, same params (width {w_par})": dict(num_scales=1, hidden=[w_par]),
              f"single-scale, same FLOPs (width {w_flop})": dict(num_scales=1, hidden=[w_flop])}
-    return {k: v for k, v in specs.items() if any(k.startswith(n) for n in names)}
+    # "STORM" names STORM only; longer names are prefixes ("STORM w/o", "single-scale")
+    return {k: v for k, v in specs.items() if any(k == n or (n != "STORM" and k.startswith(n)) for n in names)}
 
 
 def run_seed(seed: int, args) -> dict:
@@ -236,10 +240,10 @@ def run_seed(seed: int, args) -> dict:
     from lit_iclr.storm.wb2 import region_index
 
     torch.set_num_threads(1)
-    dm = make_data(args.quick, args.eval_stride)
+    dm = make_data(args)
     ilat, ilon = region_index(np.array(dm.latitudes), np.array(dm.longitudes), REGION)
     models, info = {}, {}
-    for name, kw in model_specs(dm, args.models).items():
+    for name, kw in args.specs.items():
         m = make_model(dm, seed, **kw)
         info[name] = {"params": n_params(m), "gflop_per_sample": step_flops(m, dm) / 1e9,
                       **train(m, dm, args.steps, seed=seed)}
@@ -253,7 +257,9 @@ def run_seed(seed: int, args) -> dict:
         load = loader_rate(dm)
         out["speed"] = {"samples_per_s": dm.batch_size / step_s, "flops": flops, "step_s": step_s, "peak": peak,
                         "loader": load, "batch": dm.batch_size}
-        figures(models, dm, results, None)
+        figures(models, dm, results, Path(args.out))
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # each seed as it finishes
+    (Path(args.out) / f"seed{seed}.json").write_text(json.dumps(out, indent=1, default=str))
     return out
 
 
@@ -267,7 +273,9 @@ def report(per_seed: list[dict], args) -> str:
     hs = sorted(per_seed[0]["results"]["STORM"]["global"], key=float)
     get = lambda n, where, h, i: [ps["results"][n][where][h][i] for ps in per_seed]  # noqa: E731
     info = per_seed[0]["train"]
-    out = [f"{len(per_seed)} seed(s), {args.steps} training steps x batch 16, test year 2003, mean ± std over seeds\n",
+    test = " ".join(str(p) for p in args.test_period) if args.test_period else "2003"
+    out = [f"{len(per_seed)} seed(s), {args.steps} training steps x batch {args.batch}, test period {test}, "
+           "mean ± std over seeds\n",
            "| forecaster | params | train GFLOP / sample | " + " | ".join(f"global RMSE {h} h" for h in hs)
            + f" | global ACC {hs[-1]} h | region RMSE {hs[0]} h | region RMSE {hs[-1]} h |",
            "|---|---|---|" + "---|" * (len(hs) + 3)]
@@ -315,18 +323,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 steps, 1 seed, few initialisations")
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=16, help="training batch size")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1, help="seeds run in this many processes (1 thread each)")
     ap.add_argument("--eval_stride", type=int, default=16, help="one test initialisation every this many 6-h steps")
     ap.add_argument("--models", nargs="*", default=["STORM", "single-scale"],
                     help="name prefixes: STORM, 'STORM w/o', single-scale")
+    ap.add_argument("--days", type=int, default=1461, help="days of the generated planet (1461: the default store)")
+    ap.add_argument("--spinup_days", type=int, default=60, help="spin-up days of the generated planet")
+    for split in ("train", "val", "test"):
+        ap.add_argument(f"--{split}_period", nargs="*", default=None,
+                        help="years or 'YYYY-MM-DD:YYYY-MM-DD' ranges (default: 2000-2001 / 2002 / 2003)")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     if args.quick:
-        args.steps, args.seeds = 20, 1
+        args.steps, args.seeds = min(args.steps, 20), 1
     torch.set_num_threads(1)
     t_all = time.time()
-    make_data(args.quick, args.eval_stride)  # generate / cache the statistics once, before the workers start
+    # generate / cache the statistics and search the matched widths once, before the workers start
+    args.specs = model_specs(make_data(args), args.models)
+    print(f"models: {args.specs} ({time.time() - t_all:.0f} s)", flush=True)
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
             per_seed = list(ex.map(run_seed, range(args.seeds), [args] * args.seeds))
