@@ -108,7 +108,8 @@ class InteractionData(BaseDataModule):
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
                  topics: list[str] = ("Mathematics", "History"), public_topics: list[str] = ("Geography",),
                  alpha: float = 0.5, beta: float = 0.5, sequences_per_generation: int = 512, seq_len: int = 64,
-                 vocab_size: int = 512, eval_sequences: int = 32, pool_dir: str | None = None, seed: int = 0):
+                 vocab_size: int = 512, eval_sequences: int = 32, pool_dir: str | None = None, seed: int = 0,
+                 pool_sources: str = "all"):
         """
         Args:
             root: Folder with {train,validation}.jsonl documents (title, text, topic); null: offline Wikipedia leads.
@@ -125,6 +126,9 @@ class InteractionData(BaseDataModule):
             eval_sequences: Validation blocks per topic (private topics and public prompts).
             pool_dir: Where gen_<g>.jsonl synthetic corpora are kept; null: <run dir>/pool.
             seed: Seed of the mixing draws.
+            pool_sources: "all": the scraped share comes equally from every model (interaction, the method); "own":
+                the same share comes from entity k's own model only (self-consumption control: same alpha, same amount
+                of synthetic data, no exposure to the other entities).
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         topics, public_topics = list(topics), list(public_topics)
@@ -132,12 +136,14 @@ class InteractionData(BaseDataModule):
             raise ConfigError("data.init_args.topics must be non-empty and disjoint from public_topics")
         if not (0 <= alpha <= 1 and 0 <= beta <= 1):
             raise ConfigError(f"alpha and beta must lie in [0, 1], got alpha={alpha}, beta={beta}")
+        if pool_sources not in ("all", "own"):
+            raise ConfigError(f"data.init_args.pool_sources must be 'all' or 'own', got {pool_sources!r}")
         self.topics, self.public_topics = topics, public_topics
         self.alpha, self.beta = alpha, beta
         self.sequences_per_generation, self.seq_len = sequences_per_generation, seq_len
         self.max_positions = seq_len  # the model's position table (model_links)
         self.vocab_size, self.eval_sequences = vocab_size, eval_sequences
-        self.pool_dir, self.seed = pool_dir, seed
+        self.pool_dir, self.seed, self.pool_sources = pool_dir, seed, pool_sources
         self.num_entities = len(topics)
         self.tokenizer = None
 
@@ -209,7 +215,10 @@ class InteractionData(BaseDataModule):
         for k in range(K):
             g = torch.Generator().manual_seed((self.seed * 1_000_003 + generation * 1009 + k) % 2**31)
             parts = [_draw(self.private[k], n_priv, g), _draw(self.public, n_pub, g)]
-            parts += [_draw(s, n_syn, g) for s in synthetic]
+            if self.pool_sources == "own" and n_syn:  # control: the whole synthetic share from entity k's own model
+                parts.append(_draw(synthetic[k], K * n_syn, g))
+            else:  # interaction: n_syn from every model j (D_t = union of all models' outputs)
+                parts += [_draw(s, n_syn, g) for s in synthetic]
             out.append(torch.cat(parts))
         return torch.stack(out)
 

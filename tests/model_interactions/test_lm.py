@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lit_iclr.cli import main
-from lit_iclr.core.errors import DatasetFormatError
+from lit_iclr.core.errors import ConfigError, DatasetFormatError
 from lit_iclr.model_interactions.data import InteractionData, read_pool, write_pool
 from lit_iclr.model_interactions.model import TinyLM
 from tests.twin import print_config, twin_config
@@ -72,6 +72,27 @@ def test_mix_composition(tmp_path):
     assert dm.mix(0).shape == (2, 8, 8)                  # generation 0: real only, no pool needed
     with pytest.raises(DatasetFormatError, match="Astronomy"):
         InteractionData(root=str(tmp_path / "c"), data_dir=str(tmp_path / "d"), topics=["Astronomy"]).setup()
+
+
+def test_mix_pool_sources(tmp_path):
+    """'all': entity k scrapes n_syn blocks from every model; 'own' (control): all K n_syn from its own model."""
+    corpus = tiny_corpus(tmp_path / "c")
+    words = ["zzz qqq ", "vvv xxx "]
+    for sources in ("all", "own"):
+        dm = InteractionData(root=str(corpus), data_dir=str(tmp_path / "d"), alpha=0.5, beta=0.5, sequences_per_generation=8,
+                             seq_len=8, vocab_size=300, eval_sequences=2, pool_dir=str(tmp_path / "pool"),
+                             pool_sources=sources)
+        dm.setup()
+        write_pool(tmp_path / "pool" / "gen_0.jsonl",
+                   [{"text": words[j] * 10, "task": "t", "source_model": j, "generation": 0} for j in range(2)])
+        ids = [set(dm.tokenizer.encode(w * 3, add_special_tokens=False).ids) for w in words]
+        mix = dm.mix(1)
+        for k in range(2):
+            src = [next(j for j in range(2) if set(b.tolist()) <= ids[j] | {0}) for b in mix[k, 4:]]
+            assert src == ([k] * 4 if sources == "own" else [0, 0, 1, 1])
+        assert dm.mix(0).shape == (2, 8, 8)  # generation 0: real only, no pool read
+    with pytest.raises(ConfigError, match="pool_sources"):
+        InteractionData(pool_sources="mine")
 
 
 def _fit(tmp_path, run, *extra):
