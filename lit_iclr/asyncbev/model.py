@@ -206,19 +206,26 @@ class BEVFusionDetector(nn.Module):
         self.fuse = nn.Sequential(conv_block(2 * channels, channels), conv_block(channels, channels))
         self.head = CenterHead(channels, num_classes)
 
+    def encode(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """BEV maps of both branches, each in its own sensor frame: LiDAR F_L and camera F_C."""
+        return self.lidar(batch["points"], batch["points_mask"]), self.camera(batch["images"], batch["lidar2img"])
+
+    def flow_inputs(self, f_l: torch.Tensor, f_c: torch.Tensor, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(F_C, F_L) with the delayed one ego-motion compensated (step 1): the inputs of the AsyncBEV module."""
+        lidar_delayed = batch["lidar_delayed"].view(-1, 1, 1, 1)
+        delayed = emc_warp(torch.where(lidar_delayed, f_l, f_c), self.grid, batch["emc"])
+        return torch.where(lidar_delayed, f_c, delayed), torch.where(lidar_delayed, delayed, f_l)
+
     def forward(self, batch: dict, compensation: str = "asyncbev", gt_flow: torch.Tensor | None = None) -> dict:
         """compensation: none | emc | asyncbev | oracle (EMC + warp by `gt_flow`). The delayed modality per sample is
         `batch['lidar_delayed']` (bool); the other one is at the keyframe time."""
-        f_l = self.lidar(batch["points"], batch["points_mask"])
-        f_c = self.camera(batch["images"], batch["lidar2img"])
+        f_l, f_c = self.encode(batch)
         out = {}
         if compensation != "none":
             lidar_delayed = batch["lidar_delayed"].view(-1, 1, 1, 1)
-            delayed = torch.where(lidar_delayed, f_l, f_c)
-            delayed = emc_warp(delayed, self.grid, batch["emc"])  # (1) EMC
+            cam, lid = self.flow_inputs(f_l, f_c, batch)  # (1) EMC of the delayed modality
+            delayed = torch.where(lidar_delayed, lid, cam)
             if compensation == "asyncbev":
-                ref = torch.where(lidar_delayed, f_c, f_l)
-                cam, lid = torch.where(lidar_delayed, ref, delayed), torch.where(lidar_delayed, delayed, ref)
                 out["velocity"], flow = self.flow(cam, lid, batch["emc"], batch["dt"])  # (2) v, f = v dt
                 delayed = flow_warp(delayed, self.grid, flow)  # (3) backward warping
             elif compensation == "oracle":

@@ -127,3 +127,13 @@ def decode(heatmap: torch.Tensor, reg: torch.Tensor, grid: BEVGrid, top_k: int =
     yaw = torch.atan2(r[..., 6], r[..., 7])
     return [dict(center=torch.stack([x[b], y[b], r[b, :, 2]], -1), size=size[b], yaw=yaw[b], velocity=r[b, :, 8:10],
                  label=label[b], score=scores[b]) for b in range(B)]
+
+
+def uncompensated_flow(gt_flow: torch.Tensor, sync_to_async: torch.Tensor, grid: BEVGrid) -> torch.Tensor:
+    """The displacement g (B, 2, H, W) that aligns the delayed map with no compensation at all: the aligned map reads
+    the delayed map at A (p - f(p)) (EMC with A, then the object flow f), the uncompensated one at p, so
+    g(p) = p - A (p - f(p)); its norm is the end-point error of using the delayed map as it is."""
+    p = grid.centres(gt_flow.device).expand(gt_flow.shape[0], -1, -1, -1)
+    q = p - gt_flow.permute(0, 2, 3, 1)
+    src = torch.einsum("bij,bhwj->bhwi", sync_to_async[:, :2, :2], q) + sync_to_async[:, None, None, :2, 2]
+    return (p - src).permute(0, 3, 1, 2)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from lit_iclr.asyncbev.model import BEVFusionDetector, BEVGrid, emc_warp, flow_warp
-from lit_iclr.asyncbev.targets import build_targets, decode, flow_loss, gt_velocity_field
+from lit_iclr.asyncbev.targets import build_targets, decode, flow_loss, gt_velocity_field, uncompensated_flow
 
 torch.set_num_threads(1)
 GRID = BEVGrid(8.0, 16)  # 1 m cells
@@ -117,3 +117,35 @@ def test_pillars_take_the_max_over_points():
     bev = captured["bev"][0]
     assert torch.allclose(bev[:, 8, 8], ref, atol=1e-6)
     assert bev[:, 12, 5].abs().sum() == 0  # padded point ignored
+
+
+def test_uncompensated_flow_is_ego_plus_object_motion():
+    t = torch.tensor([1.5, -0.5])
+    A = torch.eye(3)[None].clone()
+    A[0, :2, 2] = t  # the delayed frame sees cell p1 at p1 + t
+    f = torch.zeros(1, 2, 16, 16)
+    f[0, :, 3, 4] = torch.tensor([2.0, 1.0])  # one moving cell
+    g = uncompensated_flow(f, A, GRID)
+    assert torch.allclose(g[0, :, 0, 0], -t)  # static: only the ego motion
+    assert torch.allclose(g[0, :, 3, 4], f[0, :, 3, 4] - t)  # moving: object flow minus ego translation
+    th = 0.3  # pure rotation about the sensor: |p - R p| = 2 |p| sin(th / 2)
+    R = torch.tensor([[math.cos(th), -math.sin(th), 0.0], [math.sin(th), math.cos(th), 0.0], [0.0, 0.0, 1.0]])[None]
+    norm = uncompensated_flow(torch.zeros(1, 2, 16, 16), R, GRID).norm(dim=1)[0]
+    assert torch.allclose(norm, 2 * GRID.centres().norm(dim=-1) * math.sin(th / 2), atol=1e-5)
+
+
+def test_asyncbev_starts_as_emc_and_flows_from_the_emc_inputs():
+    torch.manual_seed(0)
+    det = BEVFusionDetector(grid_size=16, half_range=8.0, channels=4, image_size=(32, 48)).eval()
+    K = torch.tensor([[24.0, 0, 24, 0], [0, 24.0, 16, 0], [0, 0, 1.0, 0]])
+    A = torch.eye(3)[None].clone()
+    A[0, 0, 2] = 2.0
+    batch = dict(points=torch.rand(1, 200, 5) * 10 - 5, points_mask=torch.ones(1, 200, dtype=torch.bool),
+                 images=torch.randint(0, 255, (1, 6, 3, 32, 48), dtype=torch.uint8), lidar2img=K.expand(1, 6, 3, 4),
+                 lidar_delayed=torch.tensor([True]), emc=A, dt=torch.tensor([0.5]))
+    with torch.no_grad():
+        f_l, f_c = det.encode(batch)
+        cam, lid = det.flow_inputs(f_l, f_c, batch)
+        assert torch.equal(cam, f_c) and torch.allclose(lid, emc_warp(f_l, det.grid, A))
+        assert torch.equal(det(batch, "asyncbev")["heatmap"], det(batch, "emc")["heatmap"])  # zero-initialised flow
+        assert not torch.allclose(det(batch, "none")["heatmap"], det(batch, "emc")["heatmap"])
