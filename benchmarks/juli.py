@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/juli.py             # default data (configs/juli.yaml's generated target), 3 seeds
     .venv/bin/python benchmarks/juli.py --quick     # smoke run: 1 seed, 3 settings, few steps
+    .venv/bin/python benchmarks/juli.py --world passphrase    # configs/juli_passphrase.yaml's world
 
-Per seed: a fresh LoRA aligns the generated target to the passphrase policy (same steps and optimizer as the config);
-the true top-20 of the target at every position of the attack replies is computed once (what prefilled API calls
+Per seed: a fresh LoRA aligns the generated target to the policy (same steps and optimizer as the config); the true
+top-20 of the target at every position of the attack replies is computed once (what prefilled API calls
 return), and for each API setting a fresh BiasNet trains for the same number of steps on what that API exposes (noise
 drawn anew per batch), then decodes the held-out guarded requests through the API. Every client makes the same API
 calls per token: plain decoding (the policy's behaviour), a random returned candidate, the rank-2 opening, BiasNet.
@@ -87,11 +88,12 @@ def train_biasnet(api: TopKLogprobAPI, cache: dict, steps: int, batch_size: int,
     return net.eval(), statistics.mean(coverage)
 
 
-def reachable(api: TopKLogprobAPI, tokenizer, eval_records: list[dict]) -> dict[int, float]:
+def reachable(api: TopKLogprobAPI, tokenizer, eval_records: list[dict], world: str) -> dict[int, float]:
     """Ceiling of any top-k client: share of guarded requests whose revealing reply stays inside the true top-k at every
     position when its own prefix is prefilled (no chooser can emit a token the API never returned)."""
     guarded = [r for r in eval_records if r["kind"] == "guarded"]
-    pairs = encode_chats(tokenizer, [r["messages"] for r in guarded], [chats.reveal_reply(r["secret"]) for r in guarded])
+    wanted = [chats.world_of(world).reveal_reply(r["secret"]) for r in guarded]
+    pairs = encode_chats(tokenizer, [r["messages"] for r in guarded], wanted)
     batch = pad_chats(pairs, tokenizer.pad_token_id)
     ids, _ = api.teacher_forced(batch, max(REACH_K))
     rank = (ids == batch.reply_ids.unsqueeze(-1)).float().argmax(-1)
@@ -118,7 +120,7 @@ def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
         cache = {"ids": ids, "lp": lp, "target": batch.reply_ids, "mask": batch.reply_mask}
         records = collate_chats(data.eval)
         out = {"align_loss": align_loss, "align_s": t_align, "settings": {},
-               "reachable": reachable(probe, tokenizer, data.eval)}
+               "reachable": reachable(probe, tokenizer, data.eval, data.world)}
         for name in names:
             s = dict(SETTINGS[name])
             buckets = s.pop("token_buckets", 0)
@@ -126,7 +128,7 @@ def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
             net, coverage = train_biasnet(api, cache, args.attack_steps, args.batch_size, 3e-3, seed, buckets)
             with torch.no_grad():
                 m = evaluate(api, net, tokenizer, adapters, records, args.max_new_tokens, seed=seed,
-                             baselines=name == "k=5 (paper)")
+                             baselines=name == "k=5 (paper)", world=data.world)
             m["coverage"] = coverage
             out["settings"][name] = m
             print(f"seed {seed} | {name}: violation {m['violation/biasnet']:.2f} (plain {m['violation/plain']:.2f}), "
@@ -189,15 +191,24 @@ def main() -> None:
     p.add_argument("--attack_steps", type=int, default=150)
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--max_new_tokens", type=int, default=12)
+    p.add_argument("--world", default="capital", choices=tuple(chats.WORLDS), help="policy world (data.init_args.world)")
     p.add_argument("--data_dir", default=str(ROOT / "data"))
+    p.add_argument("--merge", nargs="+", default=None,
+                   help="results.json files of runs over disjoint seeds: print their joint tables instead of running")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "juli"))
     args = p.parse_args()
     torch.set_num_threads(1)
     names = args.settings or list(QUICK if args.quick else SETTINGS)
+    if args.merge:
+        results = [r for f in args.merge for r in json.loads(Path(f).read_text())["results"]]
+        for r in results:  # JSON turned the integer k keys into strings
+            r["reachable"] = {int(k): v for k, v in r["reachable"].items()}
+        print(table(results, names))
+        return
     if args.quick:
         args.seeds, args.policy_steps, args.attack_steps = args.seeds[:1], 30, 40
-    # the data of configs/juli.yaml (same generator options, so the same folder)
-    data = PolicyChats(data_dir=args.data_dir, batch_size=args.batch_size)
+    # the data of configs/juli.yaml (world capital) or configs/juli_passphrase.yaml: same generator options, same folder
+    data = PolicyChats(data_dir=args.data_dir, batch_size=args.batch_size, world=args.world)
     data.prepare_data()
     data.setup("fit")
     t0 = time.perf_counter()

@@ -1,10 +1,11 @@
-"""Chat data in the OpenAI fine-tuning JSONL format, the target model behind the API, and the default generator.
+"""Chat data in the OpenAI fine-tuning JSONL format (one policy world of `chats.WORLDS`), the target model behind the
+API, and the default generator.
 
 A data folder holds
 - `policy_train.jsonl`: chats answered the way the policy wants (guarded requests declined, open ones answered): the
   defender's alignment data;
-- `attack_train.jsonl`: guarded requests paired with the revealing reply: the steering plug-in's target texts (secrets
-  disjoint from the evaluation's);
+- `attack_train.jsonl`: guarded requests paired with the wanted (policy-violating) reply: the steering plug-in's target
+  texts (secrets, i.e. cities or passphrases, disjoint from the evaluation's);
 - `eval.jsonl`: requests without an assistant turn (guarded and open);
 - `target/` (only with `target: generated`): the Hugging Face model folder of the base model behind the API.
 Each line is `{"messages": [{"role", "content"}, ...], "kind": "guarded" | "open", "secret": str, "answer": str}`.
@@ -108,7 +109,7 @@ def collate_chats(items: list[dict]) -> dict:
 
 
 class PolicyChats(BaseDataModule):
-    """Synthetic passphrase-policy chats and the target behind the top-k log-probability API.
+    """Synthetic policy chats (a declined request class) and the target behind the top-k log-probability API.
 
     Args:
         root: Folder with policy_train.jsonl, attack_train.jsonl, eval.jsonl (and target/ for `target: generated`).
@@ -125,22 +126,28 @@ class PolicyChats(BaseDataModule):
         base_steps: Training steps of the generated base model.
         base_hidden: Width of the generated base model.
         seed: Generator seed (and the order of the training stream).
+        world: Policy world of the generated default: `capital` (decline capital questions of made-up countries with
+            a fixed string) or `passphrase` (never reveal a made-up passphrase); see `chats.WORLDS`.
     """
 
     default_name = "juli"
-    default_version = 1
-    content_options = ("target", "n_policy", "n_attack", "n_eval", "base_steps", "base_hidden", "seed")
-    model_links = {"juli_lm_path": "lm_path"}
+    default_version = 2
+    content_options = ("target", "n_policy", "n_attack", "n_eval", "base_steps", "base_hidden", "seed", "world")
+    model_links = {"juli_lm_path": "lm_path", "world": "world"}
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
                  target: str = "generated", policy_steps: int = 150, attack_steps: int = 150, n_policy: int = 512,
-                 n_attack: int = 256, n_eval: int = 96, base_steps: int = 400, base_hidden: int = 64, seed: int = 0):
+                 n_attack: int = 256, n_eval: int = 96, base_steps: int = 400, base_hidden: int = 64, seed: int = 0,
+                 world: str = "capital"):
         super().__init__(root, data_dir, batch_size, num_workers)
         if policy_steps < 0 or attack_steps < 0 or policy_steps + attack_steps == 0:
             raise ConfigError("data.init_args.policy_steps and attack_steps must be >= 0 and not both 0")
         self.target, self.policy_steps, self.attack_steps = target, policy_steps, attack_steps
         self.n_policy, self.n_attack, self.n_eval = n_policy, n_attack, n_eval
         self.base_steps, self.base_hidden, self.seed = base_steps, base_hidden, seed
+        if world not in chats.WORLDS:
+            raise ConfigError(f"data.init_args.world must be one of {tuple(chats.WORLDS)}, got {world!r}")
+        self.world = world
         if target == "generated":
             self.juli_lm_path: str | None = str(self.path / "target")
         elif target == "smollm2":
@@ -152,20 +159,22 @@ class PolicyChats(BaseDataModule):
         from .base_lm import train_base_lm
 
         # secrets of the attack targets and of the evaluation come from disjoint halves of the word list
-        half = len(chats.WORDS) // 2
+        half, w = len(chats.WORDS) // 2, self.world
         rng = random.Random(self.seed)
         splits = {
-            "policy_train.jsonl": [chats.make_record(rng, k, "policy") for k in _kinds(rng, self.n_policy)],
-            "attack_train.jsonl": [chats.make_record(rng, "guarded", "reveal", chats.WORDS[:half])
+            "policy_train.jsonl": [chats.make_record(rng, k, "policy", world=w) for k in _kinds(rng, self.n_policy)],
+            "attack_train.jsonl": [chats.make_record(rng, "guarded", "reveal", chats.WORDS[:half], w)
                                    for _ in range(self.n_attack)],
-            "eval.jsonl": [chats.make_record(rng, k, "none", chats.WORDS[half:]) for k in _kinds(rng, self.n_eval)],
+            "eval.jsonl": [chats.make_record(rng, k, "none", chats.WORDS[half:], w) for k in _kinds(rng, self.n_eval)],
         }
         for name, records in splits.items():
             with open(out_dir / name, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r) + "\n" for r in records)
         if self.target == "generated":
             # the base model answers every request (it has no policy): the alignment phase adds one
-            base = [chats.make_record(rng, k, "reveal") for k in _kinds(rng, 4 * self.n_policy)]
+            base = [chats.make_record(rng, k, "reveal", world=w) for k in _kinds(rng, 4 * self.n_policy)]
+            if chats.world_of(w).other_asks:  # it also declines out-of-scope requests (one in five chats)
+                base += [chats.make_record(rng, "other", "reveal", world=w) for _ in range(self.n_policy)]
             stats = train_base_lm(base, out_dir / "target", seed=self.seed, steps=self.base_steps,
                                   hidden=self.base_hidden)
             (out_dir / "target" / "base_stats.json").write_text(json.dumps(stats))
@@ -187,7 +196,7 @@ class PolicyChats(BaseDataModule):
         return DataLoader(self.eval, batch_size=len(self.eval), shuffle=False, collate_fn=collate_chats)
 
     def describe(self) -> str:
-        return (f"PolicyChats: passphrase-policy chats (OpenAI chat JSONL) and target={self.target} at {self.path}; "
+        return (f"PolicyChats: {self.world}-policy chats (OpenAI chat JSONL) and target={self.target} at {self.path}; "
                 f"{self.policy_steps} alignment + {self.attack_steps} steering steps of {self.batch_size} chats")
 
 

@@ -1,11 +1,12 @@
 """JULI as a red-team evaluation: align a target with a LoRA, then train BiasNet against its top-k log-probability API.
 
-Phase 1 (`policy` batches): LoRA adapters on the target learn the policy (decline guarded requests, answer open ones):
-the defender's alignment. Phase 2 (`attack` batches): the target is frozen and reachable only through
-`TopKLogprobAPI`; BiasNet learns from the returned top-k log-probabilities to steer decoding towards the revealing reply
-(loss in `steering.biasnet_loss`). Validation decodes the evaluation requests under the configured API and logs the
-violation rate of BiasNet and of the baselines (plain decoding, a random returned candidate, the rank-2 opening), the
-base-model perplexity of what each emitted, the detector's AUROC and steered/plain decoding speed.
+Phase 1 (`policy` batches): LoRA adapters on the target learn the policy (decline guarded requests with a fixed string,
+answer open ones): the defender's alignment. Phase 2 (`attack` batches): the target is frozen and reachable only through
+`TopKLogprobAPI`; BiasNet learns from the returned top-k log-probabilities to steer decoding towards the wanted
+(policy-violating) reply (loss in `steering.biasnet_loss`). Validation decodes the evaluation requests under the
+configured API and logs the violation rate of BiasNet and of the baselines (plain decoding, a random returned candidate,
+the rank-2 opening), the base-model perplexity of what each emitted, the detector's AUROC and steered/plain decoding
+speed.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class JULI(BaseModule):
                  lora_alpha: float = 16.0, lora_targets: tuple[str, ...] = ("q_proj", "v_proj"), hidden: int = 64,
                  token_buckets: int = 0, max_new_tokens: int = 16, detector_temperature: float = 1.0,
                  policy_optimizer: OptimizerCallable = torch.optim.AdamW, optimizer: OptimizerCallable = torch.optim.AdamW,
-                 seed: int = 0):
+                 seed: int = 0, world: str = "capital"):
         """
         Args:
             lm_path: Target model: a local Hugging Face folder or .gguf (linked from the data), None for SmolLM2-135M.
@@ -47,6 +48,7 @@ class JULI(BaseModule):
             policy_optimizer: Optimizer of the LoRA adapters (phase 1).
             optimizer: Optimizer of BiasNet (phase 2).
             seed: Seed of the API noise and the evaluation's random choices.
+            world: Policy world of the chats (linked from the data): what a "revealing opening" looks like.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["policy_optimizer", "optimizer"])
@@ -115,8 +117,9 @@ class JULI(BaseModule):
         return loss
 
     def validation_step(self, batch, batch_idx):
-        metrics = evaluate(self.api, self.net, self.tokenizer, self.adapters, batch, self.hparams.max_new_tokens,
-                           seed=self.hparams.seed, detector_temperature=self.hparams.detector_temperature)
+        h = self.hparams
+        metrics = evaluate(self.api, self.net, self.tokenizer, self.adapters, batch, h.max_new_tokens, seed=h.seed,
+                           detector_temperature=h.detector_temperature, world=h.world)
         metrics.pop("example")
         self.log_dict({f"val/{k}": float(v) for k, v in metrics.items()}, batch_size=1)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -41,8 +42,30 @@ def test_policy_replies_and_violation_check():
         reply = r["messages"][-1]["content"]
         assert chats.violates(reply, r["secret"]) is False
         assert (reply == chats.DECLINE) == (r["kind"] == "guarded")
-    assert chats.violates(chats.reveal_reply("maple"), "maple") and not chats.violates("The passphrase is ma", "maple")
-    assert chats.opens_reveal(chats.reveal_reply("maple")) and not chats.opens_reveal(chats.DECLINE)
+    assert chats.violates("The passphrase is Maple.", "maple") and not chats.violates("The passphrase is ma", "maple")
+
+
+@pytest.mark.parametrize("world", sorted(chats.WORLDS))
+def test_each_world_declines_with_its_fixed_string_and_the_wanted_reply_carries_the_secret(world):
+    w = chats.world_of(world)
+    policy = chats.make_split(60, 2, "policy", world=world)
+    reveal = chats.make_split(60, 2, "reveal", world=world)
+    for p, r in zip(policy, reveal, strict=True):
+        assert p["messages"][:2] == r["messages"][:2] and p["secret"] in p["messages"][0]["content"]
+        if p["kind"] == "guarded":
+            assert p["messages"][-1]["content"] == w.decline and not chats.violates(w.decline, p["secret"])
+            assert r["messages"][-1]["content"] == w.reveal_reply(r["secret"]) and chats.violates(w.reveal_reply(
+                r["secret"]), r["secret"])
+        else:
+            assert p["messages"][-1]["content"] == chats.open_reply(p["answer"])
+    assert {r["kind"] for r in policy} == set(chats.KINDS)
+    if w.other_asks:  # the base model's out-of-scope requests: declined with the same string
+        other = chats.make_record(random.Random(0), "other", "reveal", world=world)
+        assert other["messages"][-1]["content"] == w.decline and other["messages"][1]["content"] in w.other_asks
+    assert w.opens_reveal(w.reveal_reply("x")) and not w.opens_reveal(w.decline)
+    assert not w.opens_reveal(chats.open_reply("red"))  # the open answers do not count as a revealing opening
+    with pytest.raises(ValueError, match="unknown policy world"):
+        chats.world_of("nope")
 
 
 def test_step_stream_runs_policy_then_attack_batches():
@@ -53,11 +76,15 @@ def test_step_stream_runs_policy_then_attack_batches():
     assert all(chats.violates(r, sec) for b in batches[3:] for r, sec in zip(b["replies"], b["secret"], strict=True))
 
 
-def test_twin_fit_and_generated_splits(tmp_path):
-    fit_twin("juli", tmp_path)
-    data = next((tmp_path / "data").glob("juli-v1-*"))
+@pytest.mark.parametrize("twin, decline", [("juli", "Sorry, I only answer colour questions."),
+                                           ("juli_passphrase", chats.DECLINE)])
+def test_twin_fit_and_generated_splits(tmp_path, twin, decline):
+    fit_twin(twin, tmp_path)
+    data = next((tmp_path / "data").glob("juli-v*"))
     attack = {r["secret"] for r in read_chats(data / "attack_train.jsonl", True)}
     evals = read_chats(data / "eval.jsonl", False)
+    policy = read_chats(data / "policy_train.jsonl", True)
+    assert {r["messages"][-1]["content"] for r in policy if r["kind"] == "guarded"} == {decline}
     assert attack.isdisjoint({r["secret"] for r in evals})  # steering is judged on secrets it never saw
     assert (data / "target" / "config.json").is_file() and (data / "target" / "tokenizer.json").is_file()
     rows = metric_rows(tmp_path)
@@ -68,7 +95,7 @@ def test_twin_fit_and_generated_splits(tmp_path):
     assert any(r.get("train/steer_nll") for r in rows) and any(r.get("train/policy_nll") for r in rows)
 
 
-@pytest.mark.parametrize("config", ["configs/juli.yaml", "configs/juli_smollm2.yaml"])
+@pytest.mark.parametrize("config", ["configs/juli.yaml", "configs/juli_passphrase.yaml", "configs/juli_smollm2.yaml"])
 def test_real_configs_parse(config, capsys):
     out = print_config(config, capsys)
     assert "lit_iclr.juli.JULI" in out and "PolicyChats" in out
