@@ -6,7 +6,7 @@ the seeing-but-not-believing rate, and the accuracy of the plain answer, VEA, it
 model, the same number of kept patches, one re-answer each). Paired 95% CIs over seeds. Speed: seconds per question of
 one plain answer and of the whole VEA answer (first pass with attention + mask + re-answer), measured in the same run.
 
-    OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 0 1 2 --epochs 8
+    OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 0 1 2          # the defaults of configs/vea.yaml
     # or one process per seed (then `--aggregate` the JSON files): faster on a shared machine
     OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 1 --out benchmarks/out/vea_1.json
     python benchmarks/vea.py --aggregate benchmarks/out/vea_*.json
@@ -44,13 +44,13 @@ START = time.perf_counter()
 
 def run_seed(seed: int, args) -> dict:
     L.seed_everything(seed, verbose=False)
-    dm = EvidenceVQA(data_dir=args.data_dir, batch_size=32, num_train=args.num_train, num_val=args.num_val,
-                     num_test=args.num_test)
+    dm = EvidenceVQA(data_dir=args.data_dir, batch_size=args.batch_size, num_train=args.num_train, num_val=args.num_val,
+                     num_test=args.num_test, num_items=args.num_items, p_same_group=args.p_same_group)
     model = VEAModule(num_answers=dm.num_answers, vocab_size=dm.vocab_size, image_size=dm.image_size, dim=args.dim,
-                      depth=args.depth, control_seed=seed,
+                      depth=args.depth, heads=args.heads, patch_size=args.patch_size, control_seed=seed,
                       optimizer=lambda p: torch.optim.AdamW(p, lr=args.lr, weight_decay=0.05))
-    trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, gradient_clip_val=1.0,
+    trainer = L.Trainer(max_epochs=args.epochs, max_steps=args.max_steps, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, gradient_clip_val=1.0,
                         callbacks=[EpochPrinter()])
     t0 = time.perf_counter()
     trainer.fit(model, dm)
@@ -120,13 +120,19 @@ def table(results: list[dict], num_test: int) -> str:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--num_train", type=int, default=6000)
-    p.add_argument("--num_val", type=int, default=500)
-    p.add_argument("--num_test", type=int, default=1000)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--max_steps", type=int, default=-1, help="stop after this many optimizer steps (-1: epochs decide)")
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--num_items", type=int, default=2, help="items per scene (the target and num_items - 1 distractors)")
+    p.add_argument("--p_same_group", type=float, default=0.0, help="distractors from the target's confusable group")
+    p.add_argument("--num_train", type=int, default=3000)
+    p.add_argument("--num_val", type=int, default=300)
+    p.add_argument("--num_test", type=int, default=500)
+    p.add_argument("--patch_size", type=int, default=16, help="16: 2x2 image tokens (configs/vea.yaml); 8: vea_scenes")
+    p.add_argument("--dim", type=int, default=32)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=4e-3)
     p.add_argument("--data_dir", default=str(ROOT / "data"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "vea.json"))
     p.add_argument("--aggregate", nargs="+", help="JSON files of earlier runs: print their table instead of running")

@@ -10,7 +10,8 @@ Layout (one folder):
 `val.jsonl` is the calibration split of VEA's layer profiling. The reader checks every record (missing image, empty
 answers, boxes outside the image or degenerate) and raises `DatasetFormatError` naming the file and line.
 
-Default data (generated once into `data/`): 32x32 grey scenes of three 16x16 Fashion-MNIST items in the cells of a 2x2
+Default data (generated once into `data/`): 32x32 grey scenes of `num_items` (configs/vea.yaml: 2) 16x16 Fashion-MNIST
+items in the cells of a 2x2
 grid (small jitter), each drawn with one of core's four textures (solid, stripes, checker, dots). The question names the
 item by its cell ("what is in the top left ?", `question_key: position`, the document-style lookup) or its texture
 (`texture`), or either (`mixed`); the answer is the item's class; its box is the evidence. The other items are distractors,

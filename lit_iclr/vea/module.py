@@ -25,6 +25,7 @@ class VEAModule(BaseModule):
                  max_question_len: int = 8, num_layers: int = 2, top_frac: float = 0.25, smooth_sigma: float = 0.5,
                  edge_sigma: float = 1.5, gamma: float = 0.3, context: str = "blur", context_sigma: float = 2.0,
                  min_overlap: float = 0.5, variants: list[str] = analysis.VARIANTS, control_seed: int = 0,
+                 one_cycle: bool = True,
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)):
         """
         Args:
@@ -48,6 +49,8 @@ class VEAModule(BaseModule):
             min_overlap: A patch is evidence when at least this fraction of it lies in an evidence box.
             variants: Answers computed at test (plain, vea, controls and baselines).
             control_seed: Seed of the random-layer and random-mask controls.
+            one_cycle: One-cycle learning-rate schedule over the whole run (warm-up to the optimizer's lr, then anneal),
+                stepped per batch; false: the optimizer's constant lr.
             optimizer: Optimizer of the compact VLM.
         """
         super().__init__()
@@ -74,7 +77,13 @@ class VEAModule(BaseModule):
                  batch_size=len(batch["x"]))
 
     def configure_optimizers(self):
-        return self.optimizer(self.parameters())
+        opt = self.optimizer(self.parameters())
+        if not self.hparams.one_cycle:
+            return opt
+        # short CPU runs learn the binding of question and cell much sooner with warm-up + annealing than at a constant lr
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[g["lr"] for g in opt.param_groups],
+                                                    total_steps=int(self.trainer.estimated_stepping_batches), pct_start=0.1)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ---- test: the analysis and VEA ----
     def on_test_epoch_start(self):

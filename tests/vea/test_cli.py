@@ -25,5 +25,16 @@ def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path):
 
 def test_real_config_parses(capsys):
     out = print_config("configs/vea.yaml", capsys)
-    assert "lit_iclr.vea.VEAModule" in out and "EvidenceVQA" in out and "top_frac: 0.25" in out
+    assert "lit_iclr.vea.VEAModule" in out and "EvidenceVQA" in out and "top_frac: 0.25" in out and "patch_size: 16" in out
     assert "num_answers" not in out and "vocab_size: 512" in out  # num_answers, vocab_size: linked, written once (data)
+
+
+def test_scenes_twin_fits_through_the_cli(tmp_path):
+    fit_twin("vea_scenes", tmp_path)
+    val = [float(r["val/acc"]) for r in metric_rows(tmp_path) if r.get("val/acc")]
+    assert val and all(0 <= v <= 1 for v in val)
+
+
+def test_scenes_config_parses(capsys):
+    out = print_config("configs/vea_scenes.yaml", capsys)
+    assert "patch_size: 8" in out and "num_items: 3" in out and "p_same_group: 0.5" in out
