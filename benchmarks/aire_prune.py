@@ -30,7 +30,7 @@ from lit_iclr.aire_prune.plots import accuracy_curves_figure
 from lit_iclr.core.stats import paired_ci
 
 RATIOS = [round(0.1 * i, 1) for i in range(10)]  # 0 .. 90 %
-HEADLINE_RATIOS = (0.5, 0.7)  # where the paired comparisons are reported
+HEADLINE_RATIOS = (0.5, 0.7, 0.9)  # where the paired comparisons are reported
 QUANTILES = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0])
 
 # Model sizes: small enough to train on a CPU in minutes, large enough to have redundant states.
@@ -142,6 +142,8 @@ def main() -> None:
     ap.add_argument("--tasks", default="rowFMNIST", help="comma-separated subset of rowFMNIST, sFMNIST, ListOps")
     ap.add_argument("--models", default="S5,S4D", help="comma-separated subset of S5, S4D")
     ap.add_argument("--seeds", type=int, default=3, help="models trained per (task, model), seeds 0..n-1")
+    ap.add_argument("--seed-list", default="", help="comma-separated seeds to train instead of 0..seeds-1 (runs saved "
+                    "to separate --out files are merged by --report)")
     ap.add_argument("--steps", type=int, default=0, help="gradient steps per rowFMNIST model (0: STEPS)")
     ap.add_argument("--wide", action="store_true",
                     help="2x the states (S5 P=64, S4D N=32): a more over-parameterised state, closer to the paper's models")
@@ -165,7 +167,8 @@ def main() -> None:
         merged: dict = {}
         for f in args.out.split(","):
             for task, models in json.loads(Path(f).read_text()).items():
-                merged.setdefault(task, {}).update(models)
+                for name, entry in models.items():  # runs of one (task, model) from several files (seeds) concatenate
+                    merged.setdefault(task, {}).setdefault(name, {"runs": []})["runs"].extend(entry["runs"])
         print_tables(merged)
         return
     results, curves = {}, {}
@@ -179,7 +182,7 @@ def main() -> None:
         for name, arch in MODELS.items():
             if name not in args.models.split(","):
                 continue
-            for seed in range(args.seeds):
+            for seed in [int(x) for x in args.seed_list.split(",")] if args.seed_list else range(args.seeds):
                 run = one_model(spec, dm, arch, batches, seed)
                 entry = results.setdefault(task, {}).setdefault(name, {"runs": []})
                 entry["runs"].append(run)

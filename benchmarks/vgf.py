@@ -81,7 +81,8 @@ def train(model, dm, steps: int) -> float:
     return steps / (time.perf_counter() - t)
 
 
-def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int) -> dict:
+def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int, save=None) -> dict:
+    """Train and evaluate VGF and every baseline per seed; `save(out)` after each model, so a stopped run keeps them."""
     dm, margs = load(task, eval_episodes)
     margs.pop("eval_extra", None)
     envs: list = []  # one environment pool for every model of the task (OGBench environments take seconds to build)
@@ -99,6 +100,8 @@ def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int) -> dic
         for g, p in enumerate(POLICIES):
             out["score"][p].append(float(score[res.groups == g].mean()))
             out["q"][p].append(res.q_means[g])
+        if save:
+            save(out)
         for name in BASELINES:
             L.seed_everything(seed, verbose=False)
             model = baseline(name, dm, margs, seed)
@@ -108,6 +111,8 @@ def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int) -> dic
             res = model.rollout(range(eval_episodes), datamodule=dm)
             out["score"][name].append(float(dm.score(res.returns, res.successes).mean()))
             out["q"][name].append(res.q_means[0])
+            if save:
+                save(out)
         print(f"[{task} seed {seed}] " + " ".join(f"{p}={out['score'][p][-1]:.1f}" for p in out["score"]), flush=True)
     for env in envs:
         env.close()
@@ -155,7 +160,18 @@ def speed(dm, margs, particles=(2, 4, 8, 16, 32), repeats: int = 10) -> dict:
 
 
 def fmt(v):
-    return f"{np.mean(v):.1f} ± {np.std(v, ddof=1) if len(v) > 1 else 0.0:.1f}"
+    """mean ± sample std over the seeds that finished (NaN = a seed whose run stopped before this model); (n=k) if fewer."""
+    v = np.asarray(v, dtype=float)
+    done = v[np.isfinite(v)]
+    std = np.std(done, ddof=1) if len(done) > 1 else 0.0
+    return f"{np.mean(done):.1f} ± {std:.1f}" + (f" (n={len(done)})" if len(done) < len(v) else "")
+
+
+def paired(a, b):
+    """Paired 95% CI of a - b over the seeds where both finished, as a table cell."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    both = np.isfinite(a) & np.isfinite(b)
+    return str(paired_ci(a[both], b[both])) + (f" (n={both.sum()})" if both.sum() < len(a) else "")
 
 
 def report(results: dict, sp: dict, out_dir: Path) -> None:
@@ -172,7 +188,7 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
     print("| task | " + " | ".join(names[c] for c in others) + " |")
     print("|---" * (len(others) + 1) + "|")
     for task, r in results.items():
-        cells = [str(paired_ci(r["score"][HEADLINE], r["score"][c])) if r["score"].get(c) else "-" for c in others]
+        cells = [paired(r["score"][HEADLINE], r["score"][c]) if r["score"].get(c) else "-" for c in others]
         print(f"| {task} | " + " | ".join(cells) + " |")
     if any("params" in r for r in results.values()):
         print("\nParameters (trainable) and training speed (gradient steps/s in this run, same batch):\n")
@@ -180,7 +196,7 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
         print("|---|---|---|---|")
         for task, r in results.items():
             for m, n in r.get("params", {}).items():
-                print(f"| {task} | {m} | {n} | {np.mean(r['sps'][m]):.1f} |")
+                print(f"| {task} | {m} | {n} | {np.nanmean(r['sps'][m]):.1f} |")
     print("\nTest-time scaling (score vs evaluation budget L, same trained models):\n")
     print("| task | " + " | ".join(f"L={b}" for b in BUDGETS) + " |")
     print("|---" * (len(BUDGETS) + 1) + "|")
@@ -192,7 +208,7 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
     for task, r in results.items():
         pol = ["L0"] + [f"ascent{k}" for k in ASCENT]
         if all(p in r["q"] for p in pol):  # runs whose Q estimates were not saved are left out
-            cells = [f"{np.mean(r['q'][p]):.2f} / {np.mean(r['score'][p]):.1f}" for p in pol]
+            cells = [f"{np.nanmean(r['q'][p]):.2f} / {np.nanmean(r['score'][p]):.1f}" for p in pol]
             print(f"| {task} | " + " | ".join(cells) + " |")
     if sp is not None:
         sp["transport_ms"] = {int(k): v for k, v in sp["transport_ms"].items()}
@@ -204,11 +220,11 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), squeeze=False)
     for ax, (task, r) in zip(axes[0], results.items(), strict=True):
-        m = np.array([np.mean(r["score"][f"L{b}"]) for b in BUDGETS])
-        s = np.array([np.std(r["score"][f"L{b}"]) for b in BUDGETS])
+        m = np.array([np.nanmean(r["score"][f"L{b}"]) for b in BUDGETS])
+        s = np.array([np.nanstd(r["score"][f"L{b}"]) for b in BUDGETS])
         ax.plot(BUDGETS, m, marker="o", label="VGF")
         ax.fill_between(BUDGETS, m - s, m + s, alpha=0.2)
-        ax.axhline(np.mean(r["score"]["bc"]), color="gray", ls="--", label="BC")
+        ax.axhline(np.nanmean(r["score"]["bc"]), color="gray", ls="--", label="BC")
         ax.set_xlabel("evaluation budget L")
         ax.set_ylabel(r["metric"])
         ax.set_title(task)
@@ -221,11 +237,11 @@ def report(results: dict, sp: dict, out_dir: Path) -> None:
     ks = [0] + ASCENT
     for ax, (task, r) in zip(axes[0], with_q.items(), strict=False):
         pol = ["L0"] + [f"ascent{k}" for k in ASCENT]
-        ax.plot(ks, [np.mean(r["score"][p]) for p in pol], marker="o", color="C0", label="true score")
+        ax.plot(ks, [np.nanmean(r["score"][p]) for p in pol], marker="o", color="C0", label="true score")
         ax.set_xlabel("ascent steps K")
         ax.set_ylabel(r["metric"], color="C0")
         ax2 = ax.twinx()
-        ax2.plot(ks, [np.mean(r["q"][p]) for p in pol], marker="s", color="C3", label="Q estimate")
+        ax2.plot(ks, [np.nanmean(r["q"][p]) for p in pol], marker="s", color="C3", label="Q estimate")
         ax2.set_ylabel("Q of chosen action", color="C3")
         ax.set_title(f"{task}: unconstrained ascent")
     fig.tight_layout()
@@ -236,11 +252,17 @@ def merge_runs(out_dir: Path, task: str) -> dict:
     """`<task>.json`, or the per-seed files `<task>_s*.json` of parallel runs concatenated in seed order."""
     if (out_dir / f"{task}.json").exists():
         return json.loads((out_dir / f"{task}.json").read_text())
-    parts = [json.loads(f.read_text()) for f in sorted(out_dir.glob(f"{task}_s*.json"))]
-    out = dict(parts[0])
-    for key in ("score", "q", "sps"):
-        out[key] = {k: [x for p in parts for x in p[key][k]] for k in parts[0][key]}
+    files = sorted(out_dir.glob(f"{task}_s*.json"))
+    parts = [json.loads(f.read_text()) for f in files]
+    out = dict(parts[0], metric="success %" if task == "cube" else "normalised return")
+    for key in ("score", "q", "sps"):  # a run stopped mid-seed saved the models it finished: the rest become NaN
+        out[key] = {k: [x for f, p in zip(files, parts, strict=True) for x in _pad(p[key][k], f)] for k in parts[0][key]}
     return out
+
+
+def _pad(values: list, f: Path) -> list:
+    n = len(f.stem.split("_s")[-1].split("-"))  # seeds in `<task>_s1-2.json`
+    return list(values) + [float("nan")] * (n - len(values))
 
 
 def main() -> None:
@@ -272,8 +294,9 @@ def main() -> None:
         for task in args.tasks.split(","):
             episodes = args.cube_episodes if task == "cube" else args.episodes
             seeds = [int(x) for x in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-            results[task] = run_task(task, seeds, args.steps, 2 if args.quick else episodes)
             name = f"{task}_s{'-'.join(map(str, seeds))}.json" if args.seed_list else f"{task}.json"
+            results[task] = run_task(task, seeds, args.steps, 2 if args.quick else episodes,
+                                     save=lambda out, f=out_dir / name: f.write_text(json.dumps(out)))
             (out_dir / name).write_text(json.dumps(results[task]))
         sp = None
         if not args.skip_speed:
