@@ -11,12 +11,13 @@ Layout of `root` (and of the generated default):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core import BaseDataModule, ConfigError, DatasetFormatError
 from lit_iclr.core.loader import ResumableDataLoader
 
 from . import formats
@@ -30,18 +31,22 @@ VOCAB = sorted({w for s in SUBJECTS for w in s.split()} | {w for v in VERB.value
 
 
 def generate(out: Path, num_clips: int, num_frames: int, image_size: int, seed: int, motion_stride: int = 2,
-             motion_fps: int = 20) -> None:
+             motion_fps: int = 20, actions: tuple[str, ...] = ACTIONS, scene: str = "room") -> None:
     """Write `num_clips` procedural motions with captions and their rendered videos in the layout above."""
+    bad = set(actions) - set(ACTIONS)
+    if bad or not actions:
+        raise ConfigError(f"data.actions {sorted(bad) or '[]'}: choose a non-empty subset of {list(ACTIONS)}")
     rng = np.random.default_rng(seed)
     for d in ("new_joints", "texts", "videos"):
         (out / d).mkdir(parents=True, exist_ok=True)
     ids = [f"{i:06d}" for i in range(num_clips)]
     for cid in ids:
-        joints, cap, action, style = sample_motion(rng, num_frames * motion_stride, motion_fps)
+        joints, cap, action, style = sample_motion(rng, num_frames * motion_stride, motion_fps,
+                                                   actions[rng.integers(len(actions))])
         np.save(out / "new_joints" / f"{cid}.npy", joints)
         paraphrases = [cap] + [caption(action, style["adverb"], style["direction"], style, rng) for _ in range(2)]
         formats.write_texts(out / "texts" / f"{cid}.txt", paraphrases)
-        clip = render_clip(joints[::motion_stride], rng, image_size, motion_fps / motion_stride)
+        clip = render_clip(joints[::motion_stride], rng, image_size, motion_fps / motion_stride, scene)
         formats.write_mp4(out / "videos" / f"{cid}.mp4", clip.pop("video"), motion_fps // motion_stride)
         np.savez(out / "videos" / f"{cid}.npz", action=np.array(action), **clip)
     n_val = n_test = max(1, num_clips // 10)
@@ -111,12 +116,13 @@ class HumanMotionVideo(BaseDataModule):
 
     default_name = "mosa-humanml3d-video"
     default_version = 1
-    content_options = ("num_clips", "num_frames", "image_size", "generator_seed", "motion_stride")
+    content_options = ("num_clips", "num_frames", "image_size", "generator_seed", "motion_stride", "actions", "scene")
     model_links = {"vocab_size": "vocab_size", "num_frames": "num_frames", "image_size": "image_size"}
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
                  num_clips: int = 600, num_frames: int = 8, image_size: int = 32, motion_stride: int = 2,
-                 vocab_size: int = 128, max_words: int = 12, generator_seed: int = 0):
+                 vocab_size: int = 128, max_words: int = 12, generator_seed: int = 0,
+                 actions: tuple[str, ...] = ACTIONS, scene: Literal["room", "plain"] = "room"):
         """
         Args:
             root: Folder in the layout of this module's docstring; null generates the default into `data_dir`.
@@ -130,15 +136,20 @@ class HumanMotionVideo(BaseDataModule):
             vocab_size: Word ids: the default vocabulary, then hash buckets for other words.
             max_words: Caption length in tokens (with the start token).
             generator_seed: Seed of the default generator.
+            actions: Actions the default generator draws from (a subset of skeleton.ACTIONS).
+            scene: Look of the generated default: `room` (random clothing, wall and checkered floor, moving camera) or
+                `plain` (fixed clothing on a grey backdrop, still camera).
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         self.num_clips, self.num_frames, self.image_size = num_clips, num_frames, image_size
         self.motion_stride, self.vocab_size, self.generator_seed = motion_stride, vocab_size, generator_seed
+        self.actions, self.scene = tuple(actions), scene
         self.tokenizer = formats.WordTokenizer(sorted(VOCAB), vocab_size, max_words)
         self.splits: dict[str, MotionVideoDataset] = {}
 
     def generate_default(self, out_dir: Path) -> None:
-        generate(out_dir, self.num_clips, self.num_frames, self.image_size, self.generator_seed, self.motion_stride)
+        generate(out_dir, self.num_clips, self.num_frames, self.image_size, self.generator_seed, self.motion_stride,
+                 actions=self.actions, scene=self.scene)
 
     def describe(self) -> str:
         return (f"HumanMotionVideo: {self.path} (HumanML3D new_joints/texts + videos/<id>.mp4 with keypoints and tracks; "

@@ -132,15 +132,27 @@ def track_points(joints: np.ndarray, uv: np.ndarray, z: np.ndarray, K: np.ndarra
     return pts.transpose(1, 0, 2).astype(np.float32), inside & (shown == bi[None]), (bi, si, ui)
 
 
-def render_clip(joints: np.ndarray, rng: np.random.Generator, size: int, fps: float) -> dict:
-    """Video (T, H, W, 3) uint8 of a motion (T, 22, 3) with camera, exact 2-D/3-D joints, tracks and visibility."""
+# `plain` scene: fixed clothing (trousers, shirt, skin, shoes) on a flat grey backdrop under a still camera
+PLAIN_PALETTE = np.array([[0.15, 0.2, 0.6], [0.85, 0.2, 0.15], [0.9, 0.7, 0.55], [0.1, 0.1, 0.1]])
+PLAIN_BACKGROUND = 0.8
+
+
+def render_clip(joints: np.ndarray, rng: np.random.Generator, size: int, fps: float, style: str = "room") -> dict:
+    """Video (T, H, W, 3) uint8 of a motion (T, 22, 3) with camera, exact 2-D/3-D joints, tracks and visibility.
+
+    style `room`: random clothing, wall and floor under a following, drifting camera; `plain`: the fixed look above and a
+    camera standing still at the origin (the random draws are made either way, so both styles share the motion stream)."""
     look = random_look(rng)
     centres = camera_path(joints[:, 0], rng, fps)
+    if style == "plain":
+        look = {**look, "palette": PLAIN_PALETTE, "stripes": 3.0}
+        centres = np.broadcast_to(np.array([0.0, CAM_HEIGHT, CAM_DIST]), centres.shape).copy()
     K, E = intrinsics(size), extrinsics(centres)
     uv, z = project(joints.astype(np.float64), K, E)
     bone, s, u = rasterize(uv, z, K, size)
     body = body_colour(bone, s, u, look["palette"], look["stripes"])
-    frames = np.where((bone >= 0)[..., None], body, scene(centres, K, size, look))
+    back = np.full((len(centres), size, size, 3), PLAIN_BACKGROUND) if style == "plain" else scene(centres, K, size, look)
+    frames = np.where((bone >= 0)[..., None], body, back)
     tracks, visible, _ = track_points(joints, uv, z, K, bone)
     return {"video": np.clip(frames * 255 + 0.5, 0, 255).astype(np.uint8), "keypoints2d": uv.astype(np.float32),
             "depth": z.astype(np.float32), "K": K, "extrinsics": E, "tracks": tracks, "track_visible": visible}

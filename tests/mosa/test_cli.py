@@ -18,9 +18,16 @@ def test_tiny_twin_fits_through_the_cli(tmp_path):
     assert list((tmp_path / "figures").glob("val_samples*.png")) and list(tmp_path.rglob("videos/val_step*.mp4"))
 
 
-def test_real_config_parses(capsys):
-    out = print_config("configs/mosa.yaml", capsys)
-    assert "lit_iclr.mosa.MoSA" in out and "HumanMotionVideo" in out and "structure: 3d" in out
+def test_32px_twin_fits_direct_text_to_video_on_the_room_scene(tmp_path):
+    fit_twin("mosa_32px", tmp_path)
+    val = [float(r["val/fm"]) for r in metric_rows(tmp_path) if r.get("val/fm")]
+    assert val and all(0 < v < 10 for v in val)
+
+
+@pytest.mark.parametrize(("config", "scene"), [("configs/mosa.yaml", "plain"), ("configs/mosa_32px.yaml", "room")])
+def test_real_configs_parse(capsys, config, scene):
+    out = print_config(config, capsys)
+    assert "lit_iclr.mosa.MoSA" in out and "HumanMotionVideo" in out and "structure: 3d" in out and f"scene: {scene}" in out
 
 
 def test_control_without_structure_is_a_config_error():

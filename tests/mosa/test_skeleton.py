@@ -77,3 +77,33 @@ def test_rendered_tracks_keep_their_colour():
     rand = np.abs(video[1:, rng.integers(0, 64, 500), rng.integers(0, 64, 500)] - video[:-1, rng.integers(0, 64, 500),
                                                                                         rng.integers(0, 64, 500)]).mean()
     assert both.mean() > 0.2 and np.median(along) < 0.2 * rand
+
+
+def test_plain_scene_is_a_still_camera_on_a_grey_backdrop_with_the_same_motion_stream():
+    """`plain` keeps the room's random draws (same motion, same pixels where the body is) but fixes the camera and look."""
+    from lit_iclr.mosa.render import CAM_DIST, CAM_HEIGHT, PLAIN_BACKGROUND
+
+    joints, *_ = sample_motion(np.random.default_rng(4), 16, action="walk")
+    room = render_clip(joints[::2], np.random.default_rng(5), 32, 10.0, "room")
+    plain = render_clip(joints[::2], np.random.default_rng(5), 32, 10.0, "plain")
+    centre = -np.einsum("tji,tj->ti", plain["extrinsics"][..., :3], plain["extrinsics"][..., 3])  # c = -R^T t
+    np.testing.assert_allclose(centre, np.broadcast_to([0, CAM_HEIGHT, CAM_DIST], centre.shape), atol=1e-5)
+    assert not np.allclose(room["extrinsics"], plain["extrinsics"])  # the room camera follows and drifts
+    # background pixels: the body's z-buffer is independent of the look, so background = pixels far from every joint
+    uv = plain["keypoints2d"]
+    ys, xs = np.mgrid[0:32, 0:32] + 0.5
+    far = (np.hypot(xs[None, :, :, None] - uv[:, None, None, :, 0], ys[None, :, :, None] - uv[:, None, None, :, 1])
+           .min(-1) > 5)
+    assert far.mean() > 0.5
+    np.testing.assert_array_equal(plain["video"][far], round(PLAIN_BACKGROUND * 255))
+
+
+def test_generator_rejects_unknown_actions_and_draws_only_the_chosen_ones(tmp_path):
+    from lit_iclr.core import ConfigError
+    from lit_iclr.mosa.data import generate
+
+    with pytest.raises(ConfigError, match="actions"):
+        generate(tmp_path / "bad", 4, 4, 16, 0, actions=("walk", "fly"))
+    generate(tmp_path / "ok", 6, 4, 16, 0, actions=("jump", "wave"), scene="plain")
+    drawn = {str(np.load(p)["action"]) for p in (tmp_path / "ok" / "videos").glob("*.npz")}
+    assert drawn and drawn <= {"jump", "wave"}
