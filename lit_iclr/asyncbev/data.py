@@ -73,7 +73,13 @@ class NuScenesAsync(BaseDataModule):
     default_version = 1
     content_options = ("num_train_scenes", "num_val_scenes", "scene_seconds", "image_width", "image_height",
                        "generator_seed")
-    model_links = {"num_classes": "num_classes", "image_size": "image_size"}
+    model_links = {"num_classes": "num_classes", "model_image_size": "image_size"}
+
+    @property
+    def model_image_size(self):
+        """`image_size` as linked into the model: a source name of its own, so that DataModules with an `image_size` of
+        their own whose model takes none (IB-CBM's) are not linked (the links are declared for every DataModule)."""
+        return self.image_size
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 4, num_workers: int = 0,
                  version: str = "v1.0-mini", train_split: str = "mini_train", val_split: str = "mini_val",

@@ -117,7 +117,13 @@ class HumanMotionVideo(BaseDataModule):
     default_name = "mosa-humanml3d-video"
     default_version = 1
     content_options = ("num_clips", "num_frames", "image_size", "generator_seed", "motion_stride", "actions", "scene")
-    model_links = {"vocab_size": "vocab_size", "num_frames": "num_frames", "image_size": "image_size"}
+    model_links = {"vocab_size": "vocab_size", "num_frames": "num_frames", "model_image_size": "image_size"}
+
+    @property
+    def model_image_size(self):
+        """`image_size` as linked into the model: a source name of its own, so that DataModules with an `image_size` of
+        their own whose model takes none (IB-CBM's) are not linked (the links are declared for every DataModule)."""
+        return self.image_size
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
                  num_clips: int = 600, num_frames: int = 8, image_size: int = 32, motion_stride: int = 2,

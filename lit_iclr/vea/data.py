@@ -196,8 +196,14 @@ class EvidenceVQA(BaseDataModule):
     default_version = 1
     content_options = ("num_train", "num_val", "num_test", "generator_seed", "num_items", "p_same_group", "image_size",
                        "question_key")
-    model_links = {"num_answers": "num_answers", "vocab_size": "vocab_size", "image_size": "image_size",
+    model_links = {"num_answers": "num_answers", "vocab_size": "vocab_size", "model_image_size": "image_size",
                    "max_question_len": "max_question_len"}
+
+    @property
+    def model_image_size(self):
+        """`image_size` as linked into the model: a source name of its own, so that DataModules with an `image_size` of
+        their own whose model takes none (IB-CBM's) are not linked (the links are declared for every DataModule)."""
+        return self.image_size
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 64, num_workers: int = 0,
                  image_size: int = 32, vocab_size: int = 512, max_question_len: int = 8,
