@@ -36,22 +36,27 @@ def batches(loader):
         yield from loader
 
 
-def train(model: AsyncBEV, loader, steps: int, params, lr: float) -> float:
-    """`steps` AdamW steps; returns training samples per second."""
+def optimise(loss_fn, loader, steps: int, params, lr: float, tag: str = "") -> float:
+    """`steps` AdamW steps on `loss_fn(batch)`, gradients clipped at 10; returns training samples per second."""
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    model.train()
     it, n, t0 = batches(loader), 0, time.perf_counter()
     for step in range(steps):
         b = next(it)
-        loss = model.losses(b)["loss"]
+        loss = loss_fn(b)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 10.0)
         opt.step()
         n += len(b["dt"])
         if step % 20 == 0:
-            print(f"  step {step} loss {float(loss):.3f}", flush=True)
+            print(f"  {tag}step {step} loss {float(loss):.3f}", flush=True)
     return n / (time.perf_counter() - t0)
+
+
+def train(model: AsyncBEV, loader, steps: int, params, lr: float) -> float:
+    """`steps` AdamW steps on the full objective; returns training samples per second."""
+    model.train()
+    return optimise(lambda b: model.losses(b)["loss"], loader, steps, params, lr)
 
 
 def train_flow(model: AsyncBEV, loader, steps: int, lr: float) -> float:
@@ -59,24 +64,15 @@ def train_flow(model: AsyncBEV, loader, steps: int, lr: float) -> float:
     step costs the two encoders' forward pass plus the flow module (the full objective adds the frozen head's
     detection loss). Returns training samples per second."""
     net, params = model.net, freeze_detector(model)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    it, n, t0 = batches(loader), 0, time.perf_counter()
-    for step in range(steps):
-        b = next(it)
+
+    def loss_fn(b):
         gt_v = gt_velocity_field(b["boxes"], b["boxes_mask"], b["dt"], net.grid)
-        dt = b["dt"].view(-1, 1, 1, 1)
         with torch.no_grad():
             cam, lid = net.flow_inputs(*net.encode(b), b)
-        v, flow = net.flow(cam, lid, b["emc"], b["dt"])
-        loss = flow_loss(flow, gt_v * dt, gt_v)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 10.0)
-        opt.step()
-        n += len(b["dt"])
-        if step % 20 == 0:
-            print(f"  flow step {step} loss {float(loss):.3f}", flush=True)
-    return n / (time.perf_counter() - t0)
+        _, flow = net.flow(cam, lid, b["emc"], b["dt"])
+        return flow_loss(flow, gt_v * b["dt"].view(-1, 1, 1, 1), gt_v)
+
+    return optimise(loss_fn, loader, steps, params, lr, tag="flow ")
 
 
 def freeze_detector(model: AsyncBEV) -> list:
