@@ -48,7 +48,7 @@ class SafeOfflineData(BaseDataModule):
     """
 
     default_name = "safe-d4rl"
-    default_version = 1
+    default_version = 2  # 2: the cautious controller blends into its escape continuously
     model_links = {"obs_dim": "obs_dim", "action_dim": "action_dim"}
 
     def __init__(self, task: str = "point_goal", task_kwargs: dict | None = None, root: str | None = None,

@@ -202,9 +202,12 @@ def make_task(task: str, **kwargs) -> _MujocoTask:
 # ----------------------------------------------------------------------------------- conservative behaviour policies
 def point_goal_prior(obs: np.ndarray, env: PointGoal, reckless: bool = False, detour: float = 0.9, switch: float = 0.3,
                      gain: float = 3.0, damp: float = 1.0, clearance: float = 0.25) -> np.ndarray:
-    """A cautious waypoint controller, safe from any state: within `clearance` of the hazard's edge it pushes straight
-    away from the hazard; otherwise it heads for a point `detour` beside the hazard (on the +y side unless clearly
-    below it) until `switch` before it, then for the goal (PD, clipped). `reckless` heads straight for the goal."""
+    """A cautious waypoint controller, safe from any state: it heads for a point `detour` beside the hazard (on the +y
+    side unless clearly below it) until `switch` before it, then for the goal (PD, clipped), and within `clearance` of
+    the hazard's edge it blends into a push straight away from the hazard, with weight rising linearly from 0 at the
+    clearance to 1 at the edge. The blend keeps the action continuous in the position, so behaviour cloning can
+    reproduce the escape (a hard switch at the clearance is blurred by a cloned network into a policy that drifts into
+    the hazard). `reckless` heads straight for the goal."""
     p, v = obs[..., :2], obs[..., 2:4]
     if reckless:
         return np.clip(gain * (env.goal - p) - damp * v, -1.0, 1.0)
@@ -215,7 +218,8 @@ def point_goal_prior(obs: np.ndarray, env: PointGoal, reckless: bool = False, de
     away = p - env.hazard
     dist = np.linalg.norm(away, axis=-1, keepdims=True)
     escape = away / np.maximum(dist, 1e-6) * 2.0 - damp * v
-    return np.clip(np.where(dist < env.hazard_radius + clearance, escape, act), -1.0, 1.0)
+    w = np.clip((env.hazard_radius + clearance - dist) / clearance, 0.0, 1.0)  # 0 at the clearance, 1 at the edge
+    return np.clip((1 - w) * act + w * escape, -1.0, 1.0)
 
 
 def cartpole_prior(obs: np.ndarray, env: CartpoleSwingup, reckless: bool = False, energy_gain: float = 1.0,

@@ -3,12 +3,13 @@
 One LightningModule, one code path for SOOPER and its baselines (`filter`, `lagrangian`, `learn`):
 
 1. **Prior** (once, at fit start): from the offline dataset, pi_hat by BC-Safe and its critics Q_r^{pi_hat},
-   Q_c^{pi_hat} by fitted Q evaluation (targets use pi_hat(s')); K heads each, Q_c used pessimistically.
+   Q_c^{pi_hat} by fitted Q evaluation (targets use pi_hat(s')); K heads each, Q_c fitted and read as an upper bound.
 2. Per training step = one **real episode**, acted by pi (SAC) through the **shield**: execute a ~ pi(s) only if
    C_t + gamma_c^t Q_c(s, a) < d, else pi_hat(s) (`filter: sooper`; `advantage` is SAILR's rule, `none` no shield).
 3. Then: fit the **dynamics ensemble** on the real replay; **imagine** rollouts from replay states in the optimistic,
    terminating planning MDP (`planning.imagine`); **SAC** on the imagined transitions; the prior's cost critic updated
-   **pessimistically** on real data: target = min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)).
+   **pessimistically** on real data: target = max(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)) (the paper's min, for
+   a negated cost, in this file's positive-cost convention: Q_c stays an upper bound).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
 
 from .nets import Critics, DeterministicPolicy, DynamicsEnsemble, TanhGaussianActor
-from .planning import FILTERS, PlanningConfig, imagine, unsafe_mask
+from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, unsafe_mask
 
 
 def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
@@ -33,14 +34,20 @@ def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None
 
 
 def pessimistic_cost_target(cost: torch.Tensor, q_next: torch.Tensor, q_now: torch.Tensor, gamma_c: float) -> torch.Tensor:
-    """PessimisticCostUpdate: min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)); the estimate can only come down."""
-    return torch.minimum(cost + gamma_c * q_next, q_now)
+    """PessimisticCostUpdate: max(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)); the estimate can only go up.
+
+    The paper writes min(...) for a critic of the negated cost (a safety value, larger is safer); here costs are
+    positive and Q_c is a cost-to-go that the shield needs as an *upper* bound, so the same rule is a max: real data
+    can raise Q_c where the prior turned out costlier than believed, never lower it below the offline estimate."""
+    return torch.maximum(cost + gamma_c * q_next, q_now)
 
 
 class SOOPER(BaseModule):
     def __init__(self, obs_dim: int, action_dim: int, budget: float = 5.0, filter: str = "sooper",
                  lagrangian: bool = False, learn: bool = True, optimism: float = 0.1, pessimism: float = 1.0,
-                 discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0, undiscounted_phi: bool = False,
+                 discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0, cost_margin: float = 0.0,
+                 cost_fqe_target: str = "pessimistic", prior_tau: float = 0.01, prior_path: str | None = None,
+                 undiscounted_phi: bool = False,
                  advantage_threshold: float = 0.1, ensemble_size: int = 5, model_hidden: list[int] | None = None,
                  actor_hidden: list[int] | None = None, critic_hidden: list[int] | None = None, critic_heads: int = 2,
                  horizon: int = 10, num_rollouts: int = 400, model_updates: int = 100, sac_updates: int = 100,
@@ -63,6 +70,15 @@ class SOOPER(BaseModule):
             discount: gamma of the reward.
             cost_discount: gamma_c of the cost (constraint and prior cost critic).
             cost_kappa: Q_c^{pi_hat} used as mean + kappa * std over its heads (pessimism about the prior's own cost).
+            cost_margin: Explicit margin added to Q_c^{pi_hat} where the filter reads it (real shield and imagined
+                termination), so that it upper-bounds the prior's real cost-to-go.
+            cost_fqe_target: Offline fitted-Q target of Q_c^{pi_hat}: `pessimistic` (every head regresses on
+                c + gamma_c (mean + kappa std of the target heads at (s', pi_hat(s'))), heads on Bayesian-bootstrap
+                weights of the data) or `per_head` (each head bootstraps on itself: an unbiased but not an upper estimate).
+            prior_tau: Polyak rate of the prior critics' targets during the offline fit (larger: faster FQE propagation
+                of the cost over the effective horizon 1 / (1 - gamma_c)).
+            prior_path: File caching the fitted prior (pi_hat, Q_r, Q_c, and the warm-started actor): loaded with
+                `torch.load(weights_only=True)` when it exists (no refit), written after the fit otherwise. null: no cache.
             undiscounted_phi: Shield on Phi = C_t + Q_c (the authors' code; more conservative) instead of the exact
                 C_t + gamma_c^t Q_c.
             advantage_threshold: Threshold of the advantage filter.
@@ -95,6 +111,8 @@ class SOOPER(BaseModule):
         super().__init__()
         if filter not in FILTERS:
             raise ConfigError(f"filter must be one of {FILTERS}, got {filter!r}")
+        if cost_fqe_target not in ("pessimistic", "per_head"):
+            raise ConfigError(f"cost_fqe_target must be 'pessimistic' or 'per_head', got {cost_fqe_target!r}")
         self.save_hyperparameters()
         self.automatic_optimization = False
         actor_hidden, critic_hidden = actor_hidden or [64, 64], critic_hidden or [128, 128]
@@ -128,9 +146,10 @@ class SOOPER(BaseModule):
 
     def planning_config(self) -> PlanningConfig:
         h = self.hparams
-        return PlanningConfig(h.horizon, h.optimism, h.pessimism, h.cost_discount, h.filter, h.budget,
-                              h.advantage_threshold, h.cost_kappa, float(self.lagrange) if h.lagrangian else 0.0,
-                              h.undiscounted_phi)
+        return PlanningConfig(horizon=h.horizon, optimism=h.optimism, pessimism=h.pessimism, cost_discount=h.cost_discount,
+                              filter=h.filter, budget=h.budget, advantage_threshold=h.advantage_threshold,
+                              cost_kappa=h.cost_kappa, cost_margin=h.cost_margin,
+                              penalty=float(self.lagrange) if h.lagrangian else 0.0, undiscounted_phi=h.undiscounted_phi)
 
     def _batch(self, data: dict[str, torch.Tensor], size: int, members: int | None = None) -> dict[str, torch.Tensor]:
         n = len(next(iter(data.values())))
@@ -152,7 +171,7 @@ class SOOPER(BaseModule):
         self.env = dm.make_env()
         self.batch_size = dm.batch_size
         if not bool(self.prior_ready):
-            self.fit_prior(dm.transitions, self.hparams.prior_steps, dm.batch_size)
+            self.load_or_fit_prior(dm.transitions, dm.batch_size)
         if self.hparams.offline_in_model and self.hparams.learn:
             t = dm.transitions
             n = len(t["rewards"])
@@ -162,9 +181,35 @@ class SOOPER(BaseModule):
             if self.global_step == 0:
                 self.update_model(self.optimizers(), self.hparams.model_pretrain_steps)
 
+    PRIOR_NETS = ("prior", "prior_reward", "prior_cost", "prior_cost_target", "actor", "critic", "critic_target")
+
+    def load_or_fit_prior(self, data: dict[str, torch.Tensor], batch_size: int) -> None:
+        """The offline prior, from `prior_path` when that file exists (the same prior for every run that names it)."""
+        from pathlib import Path
+
+        path = None if self.hparams.prior_path is None else Path(self.hparams.prior_path)
+        if path is not None and path.exists():
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            for name in self.PRIOR_NETS:
+                getattr(self, name).load_state_dict(state[name])
+            self.prior_ready.fill_(True)
+            return
+        self.fit_prior(data, self.hparams.prior_steps, batch_size)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            torch.save({name: getattr(self, name).state_dict() for name in self.PRIOR_NETS}, tmp)
+            tmp.replace(path)  # complete files only
+
     def fit_prior(self, data: dict[str, torch.Tensor], steps: int, batch_size: int) -> None:
         """pi_hat by behaviour cloning of the safe episodes (BC-Safe, `data["safe"]`); Q_r^{pi_hat}, Q_c^{pi_hat} by fitted
-        Q evaluation of pi_hat on all the offline data (costly episodes included, so Q_c sees the constraint)."""
+        Q evaluation of pi_hat on all the offline data (costly episodes included, so Q_c sees the constraint).
+
+        Q_c^{pi_hat} must upper-bound the prior's real cost-to-go for the shield to be safe (the paper's premise). With
+        `cost_fqe_target: pessimistic` its heads regress on one shared pessimistic target c + gamma_c Qbar_c(s', pi_hat(s')),
+        Qbar_c = mean + kappa std over the target heads, each head on its own Bayesian-bootstrap weights of the data (so
+        the heads disagree where the data are thin, and kappa turns that into extra cost); `cost_margin` is added where
+        Q_c is read (shield, termination), not inside this target."""
         h = self.hparams
         reward_target = copy.deepcopy(self.prior_reward).requires_grad_(False)
         nets = [self.prior, self.prior_reward, self.prior_cost] + ([self.actor] if h.warm_start else [])
@@ -179,14 +224,20 @@ class SOOPER(BaseModule):
             with torch.no_grad():
                 a2 = self.prior(s2)
                 y_r = b["rewards"] + h.discount * m * reward_target(s2, a2).mean(0)
-                y_c = b["costs"] + h.cost_discount * m * self.prior_cost_target(s2, a2)  # per head: keeps heads apart
+                q2 = self.prior_cost_target(s2, a2)  # [K, B]
+                if h.cost_fqe_target == "pessimistic":  # shared upper target c + gamma_c (mean + kappa std); no margin
+                    # here: a margin inside the target would compound to margin / (1 - gamma_c)
+                    y_c = (b["costs"] + h.cost_discount * m * aggregate_cost(q2, h.cost_kappa)).expand_as(q2)
+                else:  # each head on itself: keeps the heads apart, estimates the mean cost-to-go
+                    y_c = b["costs"] + h.cost_discount * m * q2
+                boot = -torch.rand(q2.shape, generator=self.gen).log()  # Exp(1) weights: a Bayesian bootstrap per head
             loss = loss + F.mse_loss(self.prior_reward(s, a), y_r.expand(h.critic_heads, -1))
-            loss = loss + F.mse_loss(self.prior_cost(s, a), y_c)
+            loss = loss + (boot * (self.prior_cost(s, a) - y_c) ** 2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
-            polyak(reward_target, self.prior_reward, 0.01)
-            polyak(self.prior_cost_target, self.prior_cost, 0.01)
+            polyak(reward_target, self.prior_reward, h.prior_tau)
+            polyak(self.prior_cost_target, self.prior_cost, h.prior_tau)
         if h.warm_start:
             self.critic.load_state_dict(self.prior_reward.state_dict())
             self.critic_target.load_state_dict(self.prior_reward.state_dict())
@@ -254,7 +305,7 @@ class SOOPER(BaseModule):
         return float(loss.detach())
 
     def update_prior_cost(self, opt) -> None:
-        """Pessimistic update of Q_c^{pi_hat} on the real replay (never above its previous value)."""
+        """Pessimistic update of Q_c^{pi_hat} on the real replay (never below its previous value)."""
         h = self.hparams
         for _ in range(h.prior_cost_updates):
             b = self._batch(self.replay, self.batch_size)

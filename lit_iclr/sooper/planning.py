@@ -12,11 +12,12 @@ import torch
 FILTERS = ("sooper", "advantage", "none")
 
 
-def aggregate_cost(q_heads: torch.Tensor, kappa: float) -> torch.Tensor:
-    """A pessimistic cost-to-go from the critic heads [K, N]: mean + kappa * std over heads (kappa = 0: the mean)."""
+def aggregate_cost(q_heads: torch.Tensor, kappa: float, margin: float = 0.0) -> torch.Tensor:
+    """A pessimistic cost-to-go from the critic heads [K, N]: mean + kappa * std over heads + margin (kappa = 0 and
+    margin = 0: the mean). With K = 2 heads, kappa = 1 is above the larger head (std = |q1 - q2| / sqrt 2)."""
     if kappa == 0 or q_heads.shape[0] == 1:
-        return q_heads.mean(0)
-    return q_heads.mean(0) + kappa * q_heads.std(0)
+        return q_heads.mean(0) + margin
+    return q_heads.mean(0) + kappa * q_heads.std(0) + margin
 
 
 def sooper_unsafe(cum_cost: torch.Tensor, discount_t: torch.Tensor, q_c: torch.Tensor, budget: float) -> torch.Tensor:
@@ -42,6 +43,7 @@ class PlanningConfig:
     budget: float
     advantage_threshold: float
     cost_kappa: float  # head pessimism of Q_c^{pi_hat}
+    cost_margin: float = 0.0  # explicit margin added to Q_c^{pi_hat} (upper bound)
     penalty: float = 0.0  # Lagrange multiplier lambda: reward r - lambda c (SAC-Lagrangian)
     undiscounted_phi: bool = False  # Phi = C_t + Q_c (authors' code) instead of C_t + gamma_c^t Q_c
 
@@ -50,10 +52,10 @@ def unsafe_mask(cfg: PlanningConfig, obs, action, cum_cost, discount_t, prior, p
     """Where the configured filter would hand control to the prior (all False for "none")."""
     if cfg.filter == "none":
         return torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)
-    q_c = aggregate_cost(prior_cost(obs, action), cfg.cost_kappa)
+    q_c = aggregate_cost(prior_cost(obs, action), cfg.cost_kappa, cfg.cost_margin)
     if cfg.filter == "sooper":
         return sooper_unsafe(cum_cost, torch.ones_like(discount_t) if cfg.undiscounted_phi else discount_t, q_c, cfg.budget)
-    q_c_prior = aggregate_cost(prior_cost(obs, prior(obs)), cfg.cost_kappa)
+    q_c_prior = aggregate_cost(prior_cost(obs, prior(obs)), cfg.cost_kappa, cfg.cost_margin)
     return advantage_unsafe(q_c, q_c_prior, cfg.advantage_threshold)
 
 

@@ -54,3 +54,41 @@ def test_prior_alone_never_intervenes_and_follows_pi_hat():
     ep = model.run_episode(seed=0)
     assert ep["intervention_rate"] == 0.0 and ep["steps"] == 5
     torch.testing.assert_close(model.replay["actions"], model.prior(model.replay["observations"]))
+
+
+def _constant_cost_data(n: int = 256) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    s = torch.rand(n, 4, generator=g)
+    return {"observations": s, "actions": torch.rand(n, 2, generator=g) * 2 - 1, "next_observations": s,
+            "rewards": torch.zeros(n), "costs": torch.ones(n), "masks": torch.ones(n), "safe": torch.ones(n)}
+
+
+@pytest.mark.parametrize("target", ["per_head", "pessimistic"])
+def test_offline_cost_critic_reaches_the_geometric_series(target):
+    """Cost 1 every step forever: Q_c^{pi_hat} = 1 / (1 - gamma_c) = 2 for gamma_c = 0.5 (closed form of the series);
+    the pessimistic target may only sit above it."""
+    torch.manual_seed(0)
+    model = SOOPER(obs_dim=4, action_dim=2, cost_discount=0.5, critic_hidden=[16], actor_hidden=[8], warm_start=False,
+                   cost_fqe_target=target, prior_tau=0.2, lr_prior=1e-2, cost_kappa=1.0)
+    data = _constant_cost_data()
+    model.fit_prior(data, 150, 64)
+    with torch.no_grad():
+        q = model.prior_cost(data["observations"], model.prior(data["observations"])).mean(0)
+    assert abs(float(q.mean()) - 2.0) < 0.2
+    if target == "pessimistic":
+        assert float(q.mean()) >= 1.95
+
+
+def test_prior_cache_is_written_once_and_read_back(tmp_path):
+    path = tmp_path / "prior.pt"
+    kw = dict(obs_dim=4, action_dim=2, critic_hidden=[8], actor_hidden=[8], prior_steps=5, prior_path=str(path))
+    torch.manual_seed(0)
+    first = SOOPER(**kw)
+    first.load_or_fit_prior(_constant_cost_data(), 32)
+    assert path.exists() and bool(first.prior_ready)
+    torch.manual_seed(1)  # different initial weights: only the file can make them equal
+    second = SOOPER(**kw)
+    second.load_or_fit_prior(_constant_cost_data(), 32)
+    for name in SOOPER.PRIOR_NETS:
+        for a, b in zip(getattr(first, name).state_dict().values(), getattr(second, name).state_dict().values(), strict=True):
+            torch.testing.assert_close(a, b)

@@ -63,3 +63,16 @@ def test_cautious_controllers_are_safe(task):
         obs, _, term, trunc, info = env.step(PRIOR_CONTROLLERS[task](obs, env))
         cost, done = cost + info["cost"], term or trunc
     assert cost == 0.0
+
+
+def test_cautious_point_controller_is_continuous_across_its_escape_zone():
+    """The escape blends in linearly, so the action has no jump at the clearance radius (a cloneable policy)."""
+    env = make_task("point_goal")
+    r = env.hazard_radius + 0.25  # the default clearance
+    for ang in np.linspace(0.2, 2 * np.pi, 7):
+        u = np.array([np.cos(ang), np.sin(ang)])
+        inner, outer = np.r_[(r - 1e-4) * u, 0.3, 0.0], np.r_[(r + 1e-4) * u, 0.3, 0.0]
+        gap = np.abs(PRIOR_CONTROLLERS["point_goal"](inner, env) - PRIOR_CONTROLLERS["point_goal"](outer, env)).max()
+        assert gap < 1e-2
+    at_edge = np.r_[env.hazard_radius * np.array([0.0, 1.0]), 0.0, 0.0]  # at the edge: pure escape, straight out
+    np.testing.assert_allclose(PRIOR_CONTROLLERS["point_goal"](at_edge, env), [0.0, 1.0], atol=1e-6)

@@ -101,9 +101,17 @@ def test_accumulated_cost_makes_later_steps_unsafe():
     assert len(out["reward"]) == 2 * 4 and out["done"].view(4, 2)[:, 0].tolist() == [0, 0, 0, 1]
 
 
-def test_pessimistic_cost_target_never_raises_the_estimate():
+def test_pessimistic_cost_target_never_lowers_the_upper_bound():
     c, q_next, q_now = torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0]), torch.tensor([5.0, 0.5])
-    torch.testing.assert_close(pessimistic_cost_target(c, q_next, q_now, 0.9), torch.tensor([2.8, 0.5]))
+    # max(1 + 0.9 * 2, 5) = 5 (real data cannot talk the bound down); max(0 + 0.9 * 1, 0.5) = 0.9 (it can raise it)
+    torch.testing.assert_close(pessimistic_cost_target(c, q_next, q_now, 0.9), torch.tensor([5.0, 0.9]))
+
+
+def test_cost_margin_shifts_the_aggregate_and_kappa_one_covers_both_heads():
+    heads = torch.tensor([[1.0, 4.0, 2.0], [3.0, 0.0, 2.0]])
+    agg = aggregate_cost(heads, 1.0, margin=0.5)
+    torch.testing.assert_close(agg, heads.mean(0) + heads.std(0) + 0.5)
+    assert bool((aggregate_cost(heads, 1.0) >= heads.max(0).values).all())  # K = 2: std = |q1 - q2| / sqrt 2 >= half gap
 
 
 def test_tanh_gaussian_log_density_matches_torch_distributions():
