@@ -117,6 +117,98 @@ def context_check(dm: PhysioNet2012) -> str:
     return "\n".join(rows) + f"\n\n{int(ok.sum())} test targets (variables with >= 2 observations in the last 6 h)."
 
 
+def _component_tensor(ds, names: list[str], comps: dict) -> torch.Tensor:
+    """(N, 48, V, 2) true hourly (slow, fast) components of every sample's variables (0 where never written)."""
+    out = torch.zeros(len(ds), 48, len(names), 2)
+    for i, rid in enumerate(ds.tensors["record_id"].tolist()):
+        for j, name in enumerate(names):
+            if name in comps[int(rid)]:
+                out[i, :, j] = torch.from_numpy(comps[int(rid)][name].T).float()
+    return out
+
+
+def _target_features(ds, dm: PhysioNet2012, comp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per observed target: features (n, 6) = [1, mean of the last 12 h, observed in the last 12 h, mean of the whole
+    lookback, true slow component, true fast component] at the target hour, its value, and its variable index."""
+    t = ds.tensors
+    hours = t["x_time"] * dm.record_hours
+    feats = []
+    for c in (12.0, dm.lookback_hours):
+        m = t["x_mask"] * (hours >= dm.lookback_hours - c - 1e-6).unsqueeze(-1)
+        n = m.sum(1)
+        feats.append(((t["x"] * m).sum(1) / n.clamp_min(1), (n > 0).float()))  # (N, V) each
+    ym = t["y_mask"] > 0
+    s, q, v = ym.nonzero(as_tuple=True)
+    hour = (t["y_time"][s, q] * dm.record_hours).round().long().clamp(0, 47)
+    x = torch.stack([torch.ones(len(s)), feats[0][0][s, v], feats[0][1][s, v], feats[1][0][s, v],
+                     comp[s, hour, v, 0], comp[s, hour, v, 1]], 1)
+    return x, t["y"][s, q, v], v
+
+
+def oracle_check(dm: PhysioNet2012, args) -> str:
+    """Do the records carry multi-scale structure a forecaster can use? Per-variable least squares on the training
+    targets, scored on the test targets: a forecaster that is *not* told the generator's latent components (recent and
+    whole-lookback means) against oracles told the true slow and / or fast component of each series at the target
+    hour (the best a model that extracted the multi-scale structure from the history could know). A small oracle gain
+    means the targets hold little multi-scale structure beyond what the recent level gives."""
+    from lit_iclr.reimts.generator import generator_components
+    comps = generator_components(args.patients, 0, args.dynamics)
+    names = dm.variable_names
+    tr = _target_features(dm.splits["train"], dm, _component_tensor(dm.splits["train"], names, comps))
+    te = _target_features(dm.splits["test"], dm, _component_tensor(dm.splits["test"], names, comps))
+    rows = ["| forecaster (per-variable least squares) | features | test MSE |", "|---|---|---|"]
+    sets = {"not told (levels only)": [0, 1, 2, 3], "oracle: true slow": [0, 1, 2, 3, 4],
+            "oracle: true fast": [0, 1, 2, 3, 5], "oracle: true slow + fast": [0, 1, 2, 3, 4, 5]}
+    for label, cols in sets.items():
+        se, n = 0.0, 0
+        for j in range(len(names)):
+            a, b = tr[2] == j, te[2] == j
+            if not b.any():
+                continue
+            w = torch.linalg.lstsq(tr[0][a][:, cols].double(), tr[1][a].double().unsqueeze(1), driver="gelsd").solution
+            pred = (te[0][b][:, cols].double() @ w).squeeze(1)
+            se, n = se + float(((pred - te[1][b]) ** 2).sum()), n + int(b.sum())
+        rows.append(f"| {label} | {', '.join(['1', 'mean 12 h', 'seen 12 h', 'mean 36 h', 'slow', 'fast'][c] for c in cols)} "
+                    f"| {se / n:.4f} |")
+    return "\n".join(rows) + f"\n\n{n} test targets, data `dynamics: {args.dynamics}`."
+
+
+def compile_check(dm: PhysioNet2012, args, steps: int = 20, warmup: int = 3) -> str:
+    """CPU time (`time.process_time`, one thread) per training step (forward, backward, Adam) of ReIMTS(GraFITi) and
+    GraFITi, eager against `compile: true` (inductor, dynamic shapes), on the same training batches in one process.
+    The first compiled steps (tracing and code generation) are reported separately as the compile cost."""
+    batches = [b for _, b in zip(range(warmup + steps), dm.train_dataloader(), strict=False)]
+    rows = ["| model | eager ms/step | compiled ms/step | compiled / eager | compile s (first steps) |",
+            "|---|---|---|---|---|"]
+    for name in [m for m in args.models if m in ("GraFITi", "ReIMTS(GraFITi)")]:
+        ms_per_step, first = [], 0.0
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            kw = {"d_model": args.d_model, "n_layers": 1, "n_heads": 4, "align": "end"} | MODELS[name]
+            model = IMTSForecaster(n_vars=dm.n_vars, lookback_hours=dm.lookback_hours, forecast_hours=dm.forecast_hours,
+                                   record_hours=dm.record_hours, plot_every_n_epochs=0, compile=compiled, **kw)
+            opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+            model.log = lambda *a, **k: None  # no Trainer here: time the step itself
+
+            def step(batch, model=model, opt=opt):
+                opt.zero_grad(set_to_none=True)
+                model.training_step(batch, 0).backward()
+                opt.step()
+
+            t0 = time.process_time()
+            for b in batches[:warmup]:
+                step(b)
+            first = time.process_time() - t0 if compiled else first
+            t0 = time.process_time()
+            for b in batches[warmup:]:
+                step(b)
+            ms_per_step.append(1000 * (time.process_time() - t0) / steps)
+        rows.append(f"| {name} | {ms_per_step[0]:.1f} | {ms_per_step[1]:.1f} | {ms_per_step[1] / ms_per_step[0]:.2f}x | "
+                    f"{first:.1f} |")
+    return "\n".join(rows) + (f"\n\n{steps} timed steps after {warmup} warm-up steps, batch {args.batch_size}, "
+                              f"torch {torch.__version__}.")
+
+
 def run(name: str, dm: PhysioNet2012, seed: int, epochs: int, args) -> dict:
     L.seed_everything(seed, verbose=False)
     kw = dict(MODELS[name])
@@ -142,7 +234,7 @@ def run(name: str, dm: PhysioNet2012, seed: int, epochs: int, args) -> dict:
 
 def data(args) -> PhysioNet2012:
     dm = PhysioNet2012(data_dir=str(ROOT / "data"), batch_size=args.batch_size, num_patients=args.patients,
-                       split=args.split)
+                       split=args.split, dynamics=args.dynamics)
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -151,6 +243,7 @@ def data(args) -> PhysioNet2012:
 def run_file(args, name: str, seed: int) -> Path:
     """Where one run's result is kept: a rerun of the same command skips finished runs (resumable on a busy machine)."""
     key = f"e{args.epochs}-n{args.patients}-d{args.d_model}-{args.split}-{args.finest_loss}"
+    key += "" if args.dynamics == "v2" else f"-{args.dynamics}"  # data v2 runs keep their earlier folder
     return Path(args.out) / "runs" / key / f"{name.replace(' ', '_').replace(',', '')}-s{seed}.json"
 
 
@@ -192,7 +285,10 @@ def main() -> None:
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--jobs", type=int, default=1, help="seeds run in this many parallel processes (1 thread each)")
     p.add_argument("--finest_loss", default="horizon", choices=["all", "horizon"])
+    p.add_argument("--dynamics", default="multiscale", choices=["multiscale", "v2"], help="generated data version")
     p.add_argument("--context_check", action="store_true", help="only the closed-form context table (seconds)")
+    p.add_argument("--oracle_check", action="store_true", help="only the closed-form oracle table (a minute)")
+    p.add_argument("--compile_check", action="store_true", help="only eager vs compiled CPU time per training step")
     p.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "reimts"))
     args = p.parse_args()
@@ -205,6 +301,12 @@ def main() -> None:
     print(dm.describe(), flush=True)
     if args.context_check:
         print(context_check(dm))
+        return
+    if args.oracle_check:
+        print(oracle_check(dm, args))
+        return
+    if args.compile_check:
+        print(compile_check(dm, args))
         return
     t0 = time.time()
     if args.jobs > 1:

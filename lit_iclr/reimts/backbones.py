@@ -74,6 +74,18 @@ class _GraphAttention(nn.Module):
         return out + torch.relu(self.ff(out))
 
 
+@torch.compiler.disable
+def graph_edges(grid: Tensor, L: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The observation and query edges of a (R, T, V) grid: sample, time node and variable of each edge, whether it is
+    an observation (time node < L), and the positions of the query edges.
+
+    The number of edges depends on the data (`nonzero`), so under `torch.compile` this stays an eager island and the
+    graphs before and after it take the edge count as a dynamic size."""
+    r, ti, vi = grid.nonzero(as_tuple=True)
+    is_ctx = ti < L
+    return r, ti, vi, is_ctx, (~is_ctx).nonzero().squeeze(1)
+
+
 class GraFITi(nn.Module):
     repr_kind = "variable"
 
@@ -102,8 +114,7 @@ class GraFITi(nn.Module):
         T = L + Q
         t = torch.cat([x_time, q_time], 1)  # (R, T) time nodes: observed slots then forecast queries
         grid = torch.cat([x_mask, q_mask], 1) > 0  # (R, T, V): the graph's edges, observations and queries
-        r, ti, vi = grid.nonzero(as_tuple=True)
-        is_ctx = ti < L
+        r, ti, vi, is_ctx, q = graph_edges(grid, L)
         val = torch.where(is_ctx, x[r, ti.clamp(max=L - 1), vi], torch.zeros_like(ti, dtype=x.dtype))
         U = self.edge_init(torch.stack([val, is_ctx.to(x.dtype)], -1))  # (E, D)
         g_c = r * V + vi  # channel node of each edge
@@ -117,7 +128,6 @@ class GraFITi(nn.Module):
             Tn = time_att(Tn, U, g_t, C, g_c)  # time <- its observations and their channels
             C = C_new
             U = U + torch.relu(edge_nn(torch.cat([U, C[g_c], Tn[g_t]], -1)))
-        q = ~is_ctx
         pred = self.out(torch.cat([U[q], C[g_c[q]], Tn[g_t[q]]], -1)).squeeze(-1)
         out = x.new_zeros(R, Q, V)
         out[r[q], ti[q] - L, vi[q]] = pred  # predictions only where a query exists (the rest is masked anyway)

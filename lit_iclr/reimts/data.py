@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from lit_iclr.core import BaseDataModule, DatasetFormatError
 from lit_iclr.core.loader import ResumableDataLoader
 
-from .generator import generate_physionet
+from .generator import DYNAMICS, generate_physionet
 from .physionet import REFERENCE_VARIABLES, SERIES, load_records
 from .protocol import records_to_samples, standardise
 
@@ -35,13 +35,14 @@ class DictDataset(Dataset):
 
 class PhysioNet2012(BaseDataModule):
     default_name = "physionet2012"
-    default_version = 2  # v2: post-admission Weight rows
-    content_options = ("num_patients", "generator_seed")
+    default_version = 3  # v2: post-admission Weight rows; v3: `dynamics` option, multi-scale records by default
+    content_options = ("num_patients", "generator_seed", "dynamics")
     model_links = {"n_vars": "n_vars", "lookback_hours": "lookback_hours", "forecast_hours": "forecast_hours",
                    "record_hours": "record_hours"}
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 32, num_workers: int = 0,
-                 num_patients: int = 3000, generator_seed: int = 0, lookback_hours: float = 36.0,
+                 num_patients: int = 3000, generator_seed: int = 0,
+                 dynamics: Literal["multiscale", "v2"] = "multiscale", lookback_hours: float = 36.0,
                  forecast_hours: float = 3.0, record_hours: float = 48.0, resolution_minutes: int = 60,
                  variables: list[str] | None = None, split: Literal["sequential", "random"] = "sequential",
                  split_seed: int = 0, test_fraction: float = 0.1, val_fraction: float = 0.1, cache: bool = True):
@@ -53,6 +54,8 @@ class PhysioNet2012(BaseDataModule):
             num_workers: DataLoader worker processes.
             num_patients: Records written by the default generator.
             generator_seed: Seed of the default generator.
+            dynamics: Latent dynamics of the default generator: `multiscale` (a 20-30 h wave + events every 8-12 h,
+                structure at the periods ReIMTS's sub-samples see) or `v2` (the records of data version 2).
             lookback_hours: Input window: observations in [0, lookback) hours (benchmark: 36).
             forecast_hours: Targets: observed values in [lookback, lookback + forecast) hours (benchmark: 3).
             record_hours: Record length; timestamps are scaled to [0, 1] by it (benchmark: 48).
@@ -69,6 +72,9 @@ class PhysioNet2012(BaseDataModule):
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         self.num_patients, self.generator_seed = num_patients, generator_seed
+        if dynamics not in DYNAMICS:
+            raise ValueError(f"data.dynamics must be one of {DYNAMICS}, got {dynamics!r}")
+        self.dynamics = dynamics
         self.lookback_hours, self.forecast_hours, self.record_hours = lookback_hours, forecast_hours, record_hours
         self.resolution_minutes = resolution_minutes
         self.variable_names = list(REFERENCE_VARIABLES if variables is None else variables)
@@ -89,7 +95,7 @@ class PhysioNet2012(BaseDataModule):
         return self.generated_path(f"{self.default_name}-n{self.num_patients}-s{self.generator_seed}-v{self.default_version}")
 
     def generate_default(self, out_dir: Path) -> None:
-        generate_physionet(out_dir, self.num_patients, self.generator_seed)
+        generate_physionet(out_dir, self.num_patients, self.generator_seed, dynamics=self.dynamics)
 
     def cache_dir(self) -> Path | None:
         """`<data_dir>/cache`: never inside the data folder (the user's real data is not written to)."""

@@ -11,6 +11,20 @@ It models what ReIMTS exploits:
   variable is measured says something about its values; labs are sparse, vitals dense; many variables are never
   measured for a patient (arterial line or not, ventilated or not), giving PhysioNet-like missingness (~85-90 % of the
   hourly grid empty).
+
+Two versions of the dynamics (`dynamics`):
+
+* `v2` (data versions 1-2): slow = drift + a 30-60 h wave, fast = a 4-9 h oscillation whose amplitude follows the
+  stable/unstable state. Little of it is forecastable 3 h ahead from long context (the wave hardly moves in 3 h, the
+  oscillation's amplitude switches with a Markov chain).
+* `multiscale` (data version 3, the default): structure at the periods ReIMTS's sub-samples see (39 -> 24 -> 12 h).
+  Slow = drift + a 20-30 h circadian-like wave (one to two cycles per 39 h window); fast = recurring events every
+  8-12 h (scheduled doses / feeds: a ~2-3 h bump on every variable that loads on it, patient-specific period and phase,
+  +-0.25 h jitter). The next event's timing is fixed by the events of the last 16-24 h, which the 12 h horizon
+  sub-sample (9 h of lookback) cannot see on its own but its 24 h and 39 h parents can.
+
+`generate_patient` also returns each variable's true slow and fast components per hour (what an oracle forecaster is
+told, see `generator_components`).
 """
 from __future__ import annotations
 
@@ -48,22 +62,14 @@ GROUPS = {
     "blood": (0.8, 0.1, 0.3), "liver": (0.9, 0.05, 0.4), "cardiac": (0.8, 0.1, 0.6),
 }
 RECORD_HOURS = 48
+DYNAMICS = ("multiscale", "v2")
 
 
 def _latent_paths(rng: np.random.Generator, minutes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Slow trend, fast oscillation and the stable(0)/unstable(1) state on a minute grid."""
     h = minutes / 60.0
     slow = rng.normal(0, 0.6) * h / RECORD_HOURS + 0.8 * np.sin(2 * np.pi * h / rng.uniform(30, 60) + rng.uniform(0, 6.3))
-    # two-state Markov chain on an hourly clock (mean sojourn ~8 h), with a patient-specific share of unstable time
-    p_unstable = rng.beta(1.5, 2.5)
-    hours = RECORD_HOURS + 1
-    state = np.zeros(hours, dtype=np.int64)
-    state[0] = rng.random() < p_unstable
-    flips = rng.random(hours)
-    for k in range(1, hours):  # a 49-step chain per patient; not a hot path
-        rate = 1 / 8 * (p_unstable if state[k - 1] == 0 else 1 - p_unstable) * 2
-        state[k] = 1 - state[k - 1] if flips[k] < rate else state[k - 1]
-    s = state[np.minimum(h.astype(np.int64), hours - 1)].astype(float)
+    s = _state_chain(rng, minutes)  # same draws, in the same order, as data versions 1-2
     # fast oscillation: larger and quicker while unstable
     period = rng.uniform(4, 9)
     amp = 0.6 + 0.8 * s
@@ -71,10 +77,45 @@ def _latent_paths(rng: np.random.Generator, minutes: np.ndarray) -> tuple[np.nda
     return slow, fast, s
 
 
-def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, list[float]]:
-    """One record file's text and its outcome row."""
+def _state_chain(rng: np.random.Generator, minutes: np.ndarray) -> np.ndarray:
+    """Stable(0)/unstable(1) two-state Markov chain on an hourly clock (mean sojourn ~8 h), on the minute grid."""
+    p_unstable = rng.beta(1.5, 2.5)  # a patient-specific share of unstable time
+    hours = RECORD_HOURS + 1
+    state = np.zeros(hours, dtype=np.int64)
+    state[0] = rng.random() < p_unstable
+    flips = rng.random(hours)
+    for k in range(1, hours):  # a 49-step chain per patient; not a hot path
+        rate = 1 / 8 * (p_unstable if state[k - 1] == 0 else 1 - p_unstable) * 2
+        state[k] = 1 - state[k - 1] if flips[k] < rate else state[k - 1]
+    return state[np.minimum(minutes // 60, hours - 1)].astype(float)
+
+
+def _latent_paths_multiscale(rng: np.random.Generator, minutes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Slow trend (drift + 20-30 h wave), fast recurring events (every 8-12 h, ~2 h wide) and the state, per minute."""
+    h = minutes / 60.0
+    slow = rng.normal(0, 0.6) * h / RECORD_HOURS + 1.0 * np.sin(2 * np.pi * h / rng.uniform(20, 30) + rng.uniform(0, 6.3))
+    period = rng.uniform(8, 12)
+    times = rng.uniform(-period, 0) + period * np.arange(RECORD_HOURS / 8 + 2)  # event times, from before admission
+    times = times + rng.uniform(-0.25, 0.25, len(times))  # small jitter: the schedule is kept, not to the minute
+    # Gaussian bumps (sd 0.75 h); centred so the component has mean ~0 over a period
+    fast = 2.0 * (np.exp(-0.5 * ((h[:, None] - times[None, :]) / 0.75) ** 2).sum(1) - 0.75 * np.sqrt(2 * np.pi) / period)
+    return slow, fast, _state_chain(rng, minutes)
+
+
+def _hourly(z: np.ndarray) -> np.ndarray:
+    """Hourly means of a per-minute path (the protocol bins observations per hour)."""
+    return z.reshape(RECORD_HOURS, 60).mean(1)
+
+
+def generate_patient(rng: np.random.Generator, record_id: int,
+                     dynamics: str = "v2") -> tuple[str, list[float], dict[str, np.ndarray]]:
+    """One record file's text, its outcome row, and each written variable's true (slow, fast) components per hour
+    (2, 48) in the units of the latent z (before the variable's mean/std)."""
+    if dynamics not in DYNAMICS:
+        raise ValueError(f"dynamics must be one of {DYNAMICS}, got {dynamics!r}")
     minutes = np.arange(RECORD_HOURS * 60)
-    slow, fast, state = _latent_paths(rng, minutes)
+    paths = _latent_paths if dynamics == "v2" else _latent_paths_multiscale
+    slow, fast, state = paths(rng, minutes)
     # smoothed severity (exponential filter, ~2 h) so values lag the state the sampling reacts to
     sev = np.convolve(state, np.exp(-np.arange(240) / 120.0) / 120.0, mode="full")[: len(minutes)]
     art = rng.random() < 0.7  # arterial line -> invasive pressures, else non-invasive cuff
@@ -86,6 +127,7 @@ def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, lis
     weight = round(float(np.clip(rng.normal(82, 20), 35, 200)), 1)
     rows.append(f"00:00,Weight,{weight}")
     obs: list[tuple[int, str, str]] = []
+    components: dict[str, np.ndarray] = {}
     for name, (mean, std, low, high, dec, group, rate) in SPECS.items():
         if group == "art" and not art or group == "ni" and art and rng.random() < 0.8:
             continue
@@ -95,7 +137,8 @@ def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, lis
             continue
         a, b, c = GROUPS[group]
         lag = int(rng.integers(0, 60))  # minutes: coupled variables respond with small lags
-        z = (a * slow + b * np.roll(fast, lag) + c * (2 * sev - 0.6) + rng.normal(0, 0.35)
+        slow_v, fast_v = a * slow, b * np.roll(fast, lag)
+        z = (slow_v + fast_v + c * (2 * sev - 0.6) + rng.normal(0, 0.35)
              + 0.15 * np.cumsum(rng.normal(0, 0.02, len(minutes))))
         # informative sampling: dense while unstable (x3), sparse while stable; Poisson thinning on the minute grid
         lam = rate * np.where(state > 0, 3.0, 0.6) / 60.0
@@ -109,20 +152,32 @@ def generate_patient(rng: np.random.Generator, record_id: int) -> tuple[str, lis
             vals = np.ones(len(t_obs))
         vals = np.clip(vals, low, high).round(dec)
         obs.extend((int(t), name, f"{v:.{dec}f}" if dec else f"{int(v)}") for t, v in zip(t_obs, vals, strict=True))
+        components[name] = np.stack([_hourly(slow_v), _hourly(fast_v)])
     # Weight after admission (a series in the real records): a few daily-ish weighings, fluid balance follows the
     # slow trend (kg), plus scale noise
     t_w = np.flatnonzero(rng.random(len(minutes)) < 0.05 / 60)
     t_w = t_w[t_w > 0]
     obs.extend((int(t), "Weight", f"{weight + 1.5 * slow[t] + rng.normal(0, 0.4):.1f}") for t in t_w)
+    if len(t_w):
+        components["Weight"] = np.stack([_hourly(slow), np.zeros(RECORD_HOURS)])
     obs.sort(key=lambda o: o[0])
     rows += [f"{t // 60:02d}:{t % 60:02d},{n},{v}" for t, n, v in obs]
     death = float(rng.random() < 1 / (1 + np.exp(-(2.5 * state.mean() - 2.2))))
     outcome = [float(rng.integers(5, 25)), float(rng.integers(0, 15)), float(rng.integers(2, 30)),
                -1.0 if not death else float(rng.integers(1, 30)), death]
-    return HEADER + "\n" + "\n".join(rows) + "\n", outcome
+    return HEADER + "\n" + "\n".join(rows) + "\n", outcome, components
 
 
-def generate_physionet(out_dir: str | Path, num_patients: int = 3000, seed: int = 0, first_id: int = 132539) -> None:
+def generator_components(num_patients: int = 3000, seed: int = 0, dynamics: str = "multiscale",
+                         first_id: int = 132539) -> dict[int, dict[str, np.ndarray]]:
+    """The true (slow, fast) hourly components of every variable of every record `generate_physionet` writes with the
+    same arguments (regenerated in memory, nothing written): {RecordID: {variable: (2, 48)}}."""
+    rng = np.random.default_rng(seed)
+    return {first_id + i: generate_patient(rng, first_id + i, dynamics)[2] for i in range(num_patients)}
+
+
+def generate_physionet(out_dir: str | Path, num_patients: int = 3000, seed: int = 0, first_id: int = 132539,
+                       dynamics: str = "multiscale") -> None:
     """Write `num_patients` records into `out_dir/set-a/<RecordID>.txt` plus `out_dir/Outcomes-a.txt`."""
     out_dir = Path(out_dir)
     (out_dir / "set-a").mkdir(parents=True, exist_ok=True)
@@ -130,7 +185,7 @@ def generate_physionet(out_dir: str | Path, num_patients: int = 3000, seed: int 
     outcomes = [OUTCOME_HEADER]
     for i in range(num_patients):
         record_id = first_id + i
-        text, outcome = generate_patient(rng, record_id)
+        text, outcome, _ = generate_patient(rng, record_id, dynamics)
         (out_dir / "set-a" / f"{record_id}.txt").write_text(text)
         outcomes.append(",".join([str(record_id)] + [f"{o:g}" for o in outcome]))
     (out_dir / "Outcomes-a.txt").write_text("\n".join(outcomes) + "\n")

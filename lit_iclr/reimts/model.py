@@ -29,7 +29,8 @@ def make_backbone(name: str, n_vars: int, fusion: bool, **kwargs) -> nn.Module:
 
 class ReIMTS(nn.Module):
     def __init__(self, backbone: str, n_vars: int, periods: list[float], lookback_hours: float, record_hours: float,
-                 fusion: bool = True, backbone_kwargs: dict | None = None, align: str = "start"):
+                 fusion: bool = True, backbone_kwargs: dict | None = None, align: str = "start",
+                 static_slots: bool = False):
         """
         Args:
             backbone: `grafiti` or `mtan`.
@@ -40,8 +41,10 @@ class ReIMTS(nn.Module):
             record_hours: Hours mapped to time 1 (timestamps are hours / record_hours).
             fusion: Pass the parent's representation down (False: r = 0, the ablation "without fusion").
             backbone_kwargs: Extra arguments of the backbone (d_model, n_layers, n_heads, n_ref ...).
+            static_slots: Pad every sub-sample to the input's L slots (data-independent shapes, for `torch.compile`).
         """
         super().__init__()
+        self.static_slots = static_slots
         self.periods = [float(p) for p in periods]
         self.record_hours = float(record_hours)
         self.fusion, self.align = fusion, align
@@ -67,7 +70,7 @@ class ReIMTS(nn.Module):
         unchanged, since no other sub-sample feeds it, and `pred_all` is then just `pred` (B, 1, Q, V).
         """
         B = x.shape[0]
-        subs = recursive_split(x, x_mask, x_time, self.periods, self.record_hours, self.align)
+        subs = recursive_split(x, x_mask, x_time, self.periods, self.record_hours, self.align, self.static_slots)
         rep = prev = None
         for lvl, (net, sub) in enumerate(zip(self.levels, subs, strict=True)):
             M = sub["x"].shape[0] // B

@@ -59,35 +59,41 @@ def bucket_index(t: Tensor, periods: list[float], n_children: list[int], align: 
 
 
 def scatter_to_buckets(bucket: Tensor, valid: Tensor, n_buckets: int, tensors: dict[str, Tensor],
-                       min_slots: int = 1) -> dict[str, Tensor]:
-    """Move each valid time slot of (B, L, ...) tensors into (B * n_buckets, K, ...), K = most slots in one bucket.
+                       min_slots: int = 1, slots: int | None = None) -> dict[str, Tensor]:
+    """Move each valid time slot of (B, L, ...) tensors into (B * n_buckets, K, ...).
 
     `bucket` (B, L) is the sub-sample of each slot and `valid` (B, L) marks real (not padding) slots. Within a bucket
-    the slots keep their time order; unused slots are zeros (so masks are 0 there).
+    the slots keep their time order; unused slots are zeros (so masks are 0 there). K is the most slots in one bucket
+    (read from the data: one host sync), or `slots` when given: a static size (e.g. L, which no bucket can exceed), so
+    the whole split has shapes known before the data and no host sync (what `torch.compile` needs).
     """
     B, L = bucket.shape
     onehot = torch.nn.functional.one_hot(bucket, n_buckets) * valid.unsqueeze(-1).long()  # (B, L, M)
     rank = (onehot.cumsum(1) * onehot).sum(-1) - 1  # position of the slot inside its bucket, -1 for padding
-    K = max(int(onehot.sum(1).max()) if L else 0, min_slots)
+    K = slots if slots is not None else max(int(onehot.sum(1).max()) if L else 0, min_slots)
     b = torch.arange(B, device=bucket.device).unsqueeze(1).expand(B, L)
     keep = valid & (rank >= 0)
-    dest = ((b * n_buckets + bucket) * K + rank)[keep]  # flat destination row of every valid slot
+    # flat destination row of every slot; padding slots go to one extra dump row that is dropped (no boolean indexing,
+    # so the shapes do not depend on the data)
+    dump = B * n_buckets * K
+    dest = torch.where(keep, (b * n_buckets + bucket) * K + rank, dump).reshape(-1)
     out = {}
     for name, x in tensors.items():
-        flat = x.new_zeros((B * n_buckets * K, *x.shape[2:]))
-        flat[dest] = x[keep]
-        out[name] = flat.view(B * n_buckets, K, *x.shape[2:])
+        flat = x.new_zeros((dump + 1, *x.shape[2:])).index_copy(0, dest, x.reshape(B * L, *x.shape[2:]))
+        out[name] = flat[:dump].view(B * n_buckets, K, *x.shape[2:])
     return out
 
 
 def recursive_split(x: Tensor, x_mask: Tensor, x_time: Tensor, periods: list[float], time_scale: float,
-                    align: str = "start") -> list[dict[str, Tensor]]:
+                    align: str = "start", static_slots: bool = False) -> list[dict[str, Tensor]]:
     """Split a batch into the sub-samples of every level.
 
     Args:
         x, x_mask: (B, L, V) values and observed flags; x_time: (B, L) timestamps in [0, 1] (hours / time_scale).
         periods: [window, P_1, P_2, ...] in hours. time_scale: hours that map to time 1 (record length).
         align: where each parent's children grid starts: at the parent's `start` or so that it ends at its `end`.
+        static_slots: pad every sub-sample to L slots (shapes independent of the data; for `torch.compile`) instead of
+            to the most slots any sub-sample of the batch holds.
     Returns:
         One dict per level with `x`, `x_mask`, `x_time` of shape (B * M_l, K_l, ...) and `start`, `end` (B * M_l,) in
         the scaled time of each sub-sample's window.
@@ -98,7 +104,8 @@ def recursive_split(x: Tensor, x_mask: Tensor, x_time: Tensor, periods: list[flo
     levels = []
     for bucket, win in zip(bucket_index(t_hours, periods, n_children, align), windows, strict=True):
         M = len(win)
-        sub = scatter_to_buckets(bucket, valid, M, {"x": x, "x_mask": x_mask, "x_time": x_time})
+        sub = scatter_to_buckets(bucket, valid, M, {"x": x, "x_mask": x_mask, "x_time": x_time},
+                                 slots=max(x.shape[1], 1) if static_slots else None)
         w = torch.tensor(win, dtype=x_time.dtype, device=x.device) / time_scale  # (M, 2)
         sub["start"] = w[:, 0].repeat(x.shape[0])
         sub["end"] = w[:, 1].repeat(x.shape[0])

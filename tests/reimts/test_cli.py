@@ -69,3 +69,39 @@ def test_generated_default_is_real_format_irregular_and_clean(tmp_path):
     # informative sampling: per-variable observation counts vary widely across patients
     counts = batch["x_mask"].sum(1)  # (B, V)
     assert float(counts.std(0).max()) > 2.0
+
+
+def test_multiscale_generator_has_events_and_v2_is_unchanged(tmp_path):
+    """Data v3 (`dynamics: multiscale`) puts recurring events at a patient-specific 8-12 h period on the fast component;
+    `dynamics: v2` writes the records of data version 2 (same draws); the components returned are those the values
+    were drawn from (the oracle table relies on it)."""
+    import numpy as np
+
+    from lit_iclr.reimts.generator import GROUPS, SPECS, generate_patient, generator_components
+
+    rng = np.random.default_rng(3)
+    text, _, comp = generate_patient(rng, 7, "multiscale")
+    fast = comp["HR"][1]  # HR loads 0.9 on the fast component
+    peaks = np.flatnonzero((fast[1:-1] > fast[:-2]) & (fast[1:-1] >= fast[2:]) & (fast[1:-1] > 0.5)) + 1
+    gaps = np.diff(peaks)
+    assert len(peaks) >= 4 and gaps.min() >= 7 and gaps.max() <= 13 and np.ptp(gaps) <= 2  # a regular schedule
+    # the recorded HR values follow slow + fast: correlation of the hourly means with the components
+    rows = [r.split(",") for r in text.splitlines()[1:] if ",HR," in r]
+    hours = np.array([int(r[0][:2]) for r in rows])
+    vals = np.array([float(r[2]) for r in rows])
+    mean, std = SPECS["HR"][:2]
+    z = (vals - mean) / std
+    assert np.corrcoef(z, comp["HR"][0][hours] + comp["HR"][1][hours])[0, 1] > 0.5
+    assert GROUPS["haemo"][1] > 0.5
+    # components regenerated in memory match the written records' draws
+    got = generator_components(2, seed=5, dynamics="v2")
+    rng = np.random.default_rng(5)
+    for rid in (132539, 132540):
+        _, _, want = generate_patient(rng, rid, "v2")
+        assert got[rid].keys() == want.keys() and all(np.array_equal(got[rid][k], want[k]) for k in want)
+    # v2 and multiscale records differ, and the data version is part of the folder name
+    dm2 = PhysioNet2012(data_dir=str(tmp_path), num_patients=5, dynamics="v2")
+    dm3 = PhysioNet2012(data_dir=str(tmp_path), num_patients=5)
+    assert dm3.dynamics == "multiscale" and dm2.path != dm3.path and "-v3-" in dm3.path.name
+    with pytest.raises(ValueError, match="dynamics"):
+        PhysioNet2012(dynamics="v4")

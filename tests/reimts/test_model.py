@@ -140,3 +140,30 @@ def test_horizon_path_only_gives_the_same_forecast(backbone, periods, align):
         path = m(x, mask, t, q_time, q_mask, horizon_only=True)
     torch.testing.assert_close(path["pred"], full["pred"], atol=1e-5, rtol=1e-5)
     assert m.horizon_path()[0] == 0 and m.horizon_path()[-1] == m.horizon_index == full["pred_all"].shape[1] - 1
+
+
+@pytest.mark.slow  # tracing with dynamic shapes takes ~1 min of CPU
+def test_compiled_forward_and_gradients_agree_with_eager():
+    """`compile: true` (static slot padding, GraFITi's edge extraction as an eager island) gives the eager numbers."""
+    from lit_iclr.reimts.module import IMTSForecaster
+
+    torch.manual_seed(0)
+    x, mask, t = random_batch(B=4, V=3)
+    q_time, q_mask = queries(4, 3)
+    batch = {"x": x, "x_mask": mask, "x_time": t, "y_time": q_time, "y_mask": q_mask}
+    kw = dict(n_vars=3, d_model=8, n_layers=1, n_heads=2, periods=[24.0, 12.0], plot_every_n_epochs=0)
+    eager = IMTSForecaster(**kw)
+    compiled = IMTSForecaster(**kw, compile=True, compile_options={"backend": "aot_eager"})
+    compiled.load_state_dict(eager.state_dict())
+    assert compiled.net.static_slots and not eager.net.static_slots
+    outs = []
+    for m in (eager, compiled):
+        pred = m(batch)["pred"]
+        (pred**2 * q_mask).sum().backward()
+        # a parameter the forecast does not use has no gradient in eager mode and a zero one in the compiled graph
+        outs.append((pred.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in m.parameters()]))
+    torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-5, rtol=1e-5)
+    assert sum(int(g.abs().sum() > 0) for g in outs[0][1]) > 20  # the gradients reach most parameters
+    for a, b in zip(outs[0][1], outs[1][1], strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+    assert compiled._compiled_forward is not None and "_compiled_forward" not in dict(compiled.named_modules())

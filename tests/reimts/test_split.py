@@ -37,10 +37,13 @@ def random_batch(B=5, L=14, V=3, seed=0):
     return x * mask, mask, hours / 48
 
 
-@pytest.mark.parametrize("align, periods", [("start", [39, 24, 12]), ("end", [39, 24, 12]), ("end", [39, 10, 4])])
-def test_split_matches_brute_force(align, periods):
+@pytest.mark.parametrize("align, periods, static", [("start", [39, 24, 12], False), ("end", [39, 24, 12], False),
+                                                    ("end", [39, 10, 4], False), ("end", [39, 24, 12], True)])
+def test_split_matches_brute_force(align, periods, static):
     x, mask, t = random_batch()
-    levels = recursive_split(x, mask, t, periods, 48.0, align)
+    levels = recursive_split(x, mask, t, periods, 48.0, align, static_slots=static)
+    if static:  # padded to the input's L slots at every level, whatever the data
+        assert all(sub["x"].shape[1] == x.shape[1] for sub in levels)
     _, windows = level_layout(periods, align)
     B = x.shape[0]
     for sub, win in zip(levels, windows, strict=True):
