@@ -5,10 +5,11 @@
 Part 1 (seconds): exact mean/covariance recursions next to a Monte Carlo of the finite-sample process, the alpha x beta
 sweep of own-task risk, cross-task risk, inter-model gap and rho(Q) after G generations, and collapse at rho(Q) = 1.
 Part 2 (minutes per run): K = 2 LMs (Mathematics / History private, Geography public) for G generations.
-`sweep`: alpha x beta in {0, 0.5, 1}^2 plus a self-consumption control (alpha = beta = 0.5, synthetic share from the
-entity's own model only), same steps, parameters and tokens in every cell; own / cross perplexity vs isolation
-(alpha = 0, same beta), JS divergence, CKA, paired 95% CIs over seeds; heat maps. `scale`: the cross-task gap at
-beta = 0.5 as the pool, the width and the steps grow. Every finished run is one line of --results (resumable).
+`sweep`: alpha x beta in {0, 0.5, 1}^2 plus self-consumption controls (alpha = 0.5 at beta = 1 and 0.5, synthetic
+share from the entity's own model only), same steps, parameters and tokens in every cell; own / cross perplexity vs
+isolation (alpha = 0, same beta), JS divergence, CKA, paired 95% CIs over seeds; heat maps and per-generation curves.
+`scale`: the cross-task gap at beta = 1 as the steps, the width and the pool grow. Every finished run is one line of
+--results (resumable; runs go in `_priority` order, so a cut run leaves the claim cells complete first).
 """
 from __future__ import annotations
 
@@ -85,22 +86,49 @@ def theory_part(out: Path | None, generations: int = 30) -> None:
 
 SWEEP_GRID = [0.0, 0.5, 1.0]
 BASE = {"sequences": 256, "d_model": 64, "synthetic": 128, "sources": "all"}
-# the cross-task gap (alpha 0.5 vs isolation, beta 0.5) at larger steps, width and pool size, one change at a time
-SCALE_ROWS = {"base": {}, "pool x4": {"synthetic": 512}, "width x2": {"d_model": 128}, "steps x2": {"sequences": 512}}
+# the cells the claims rest on, most informative first: the cross-task cell (beta = 1) with its isolation and its
+# self-consumption control, then the alpha trend at beta = 0.5 with its control; the rest of the grid comes last
+CLAIM_CELLS = [(0.0, 1.0, "all"), (0.5, 1.0, "all"), (0.5, 1.0, "own"),
+               (0.0, 0.5, "all"), (0.5, 0.5, "all"), (1.0, 0.5, "all"), (0.5, 0.5, "own")]
+OTHER_CELLS = [(a, b, "all") for b in SWEEP_GRID for a in SWEEP_GRID if (a, b, "all") not in CLAIM_CELLS]
+CONTROL_CELLS = [(a, b) for a, b, src in CLAIM_CELLS if src == "own"]
+# the cross-task gap (alpha 0.5 vs isolation) at beta = SCALE_BETA, where the sweep shows it, as steps, width and pool
+# size grow, one change at a time
+SCALE_BETA = 1.0
+SCALE_ROWS = {"base": {}, "steps x2": {"sequences": 512}, "width x2": {"d_model": 128}, "pool x4": {"synthetic": 512}}
 
 
 def lm_runs(kind: str, seeds) -> list[dict]:
-    """The run list of a table: the alpha x beta sweep (+ the self-consumption control) or the scale table."""
+    """The run list of a table: the alpha x beta sweep (+ the self-consumption controls) or the scale table."""
     runs = []
     for seed in seeds:
         if kind == "sweep":
-            runs += [{**BASE, "seed": seed, "alpha": a, "beta": b} for b in SWEEP_GRID for a in SWEEP_GRID]
-            runs.append({**BASE, "seed": seed, "alpha": 0.5, "beta": 0.5, "sources": "own"})
+            runs += [{**BASE, "seed": seed, "alpha": a, "beta": b, "sources": src} for a, b, src in CLAIM_CELLS + OTHER_CELLS]
         else:
             for change in SCALE_ROWS.values():  # isolation never reads the pool: "pool x4" reuses the base isolation runs
-                runs += [{**BASE, **change, "seed": seed, "alpha": a, "beta": 0.5}
+                runs += [{**BASE, **change, "seed": seed, "alpha": a, "beta": SCALE_BETA}
                          for a in ((0.5,) if "synthetic" in change else (0.0, 0.5))]
     return runs
+
+
+def _priority(c: dict) -> tuple:
+    """Run order, so that a cut benchmark leaves the claims complete first: 0 the beta = 1 claim cells (every seed),
+    1 the beta = 0.5 claim cells (seeds 0-2), 2 the scale rows of seed 0, 3 the scale rows of seeds 1-2, 4 the rest of
+    the grid, 5 anything else; within a stage seed by seed, so paired comparisons complete together."""
+    cell = (c["alpha"], c["beta"], c["sources"])
+    is_base = all(c[k] == v for k, v in BASE.items() if k != "sources")
+    if is_base and cell in CLAIM_CELLS and c["beta"] == 1.0:
+        stage = 0
+    elif c["seed"] >= 3:
+        stage = 5
+    elif is_base and cell in CLAIM_CELLS:
+        stage = 1
+    elif not is_base:
+        stage = 2 if c["seed"] == 0 else 3
+    else:
+        stage = 4
+    order = CLAIM_CELLS.index(cell) if cell in CLAIM_CELLS else 0
+    return stage, c["seed"], -c["sequences"], -c["d_model"], c["synthetic"], order  # scale: steps, width, pool
 
 
 def lm_run(cfg: dict, generations: int) -> dict:
@@ -111,7 +139,7 @@ def lm_run(cfg: dict, generations: int) -> dict:
     from lit_iclr.model_interactions import InteractionData, InteractionLM
 
     torch.set_num_threads(1)
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     tmp = Path(tempfile.mkdtemp(prefix="mi_bench_"))
     dm = InteractionData(sequences_per_generation=cfg["sequences"], seq_len=32, vocab_size=512, eval_sequences=64,
                          batch_size=16, alpha=cfg["alpha"], beta=cfg["beta"], seed=cfg["seed"], pool_dir=str(tmp / "pool"),
@@ -125,7 +153,7 @@ def lm_run(cfg: dict, generations: int) -> dict:
                         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, gradient_clip_val=1.0, default_root_dir=str(tmp))
     trainer.fit(model, datamodule=dm)
-    return {**cfg, "history": model.history, "seconds": time.time() - t0}
+    return {**cfg, "history": model.history, "seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0}
 
 
 def _key(cfg: dict) -> str:
@@ -139,15 +167,15 @@ def _run_and_store(args) -> None:
     with open(results, "a") as f:  # one line per run, appended whole (resumable: finished runs are skipped)
         f.write(json.dumps(row) + "\n")
     h = row["history"][-1]
-    print(f"  {_key(cfg)}: own {h['own_ppl']:.1f} cross {h['cross_ppl']:.1f} js {h['js']:.4f} ({row['seconds']:.0f}s)",
+    print(f"  {_key(cfg)}: own {h['own_ppl']:.1f} cross {h['cross_ppl']:.1f} js {h['js']:.4f} ({row['cpu_seconds']:.0f} s CPU)",
           flush=True)
 
 
 def run_lm(kinds, seeds, generations: int, results: Path, jobs: int) -> None:
-    """All runs of the requested tables, most informative first (beta = 0, no private data, last), each run once."""
+    """All runs of the requested tables in `_priority` order, each run once; finished runs in `results` are skipped."""
     done = {_key(json.loads(x)) for x in results.read_text().splitlines()} if results.exists() else set()
     runs = {_key(c): c for kind in kinds for c in lm_runs(kind, seeds)}
-    order = sorted(runs.values(), key=lambda c: (c["beta"] == 0.0, c["d_model"], c["sequences"], c["synthetic"], c["seed"]))
+    order = sorted(runs.values(), key=_priority)
     todo = [(c, generations, str(results)) for c in order if _key(c) not in done]
     print(f"{' + '.join(kinds)}: {len(todo)} runs to do ({len(done)} stored in {results})", flush=True)
     if jobs > 1:
@@ -171,45 +199,90 @@ def _ratio_ci(a: dict[int, dict], b: dict[int, dict], key: str) -> str:
     return str(paired_ci([np.log(a[s][key]) for s in seeds], [np.log(b[s][key]) for s in seeds]))
 
 
+def _base_rows(rows: list[dict], **match) -> dict[int, dict]:
+    """Final-generation metrics per seed of the base-size runs matching `match` (sources default "all")."""
+    return _last(rows, **{"sources": "all", **{k: v for k, v in BASE.items() if k != "sources"}, **match})
+
+
+def _gen_rows(rows: list[dict], **match) -> dict[int, list[dict]]:
+    """Whole per-generation histories per seed of the base-size runs matching `match`."""
+    match = {"sources": "all", **{k: v for k, v in BASE.items() if k != "sources"}, **match}
+    return {r["seed"]: r["history"] for r in rows if all(r[k] == v for k, v in match.items())}
+
+
+def _cis(cur: dict[int, dict], ref: dict[int, dict]) -> list[str]:
+    """Paired CIs of cur minus ref over their common seeds: log own ppl, log cross ppl, JS."""
+    seeds = sorted(set(cur) & set(ref))
+    js = str(paired_ci([cur[s]["js"] for s in seeds], [ref[s]["js"] for s in seeds])) if len(seeds) > 1 else "n/a"
+    return [_ratio_ci(cur, ref, "own_ppl"), _ratio_ci(cur, ref, "cross_ppl"), js]
+
+
 def report_sweep(rows: list[dict], out: Path | None, generations: int) -> None:
     base = dict(BASE)
     print(f"\n## K=2 tiny LMs: alpha x beta sweep ({generations} interacting generations, {base['sequences']} blocks x 32 "
           f"tokens per entity per generation, d_model {base['d_model']}, {base['synthetic']} samples per model per "
           f"generation)\n")
     print("Same steps, parameters and tokens for every cell; isolation = alpha 0 at the same beta. "
-          "`own` = self-consumption control (the same alpha of synthetic data, all from the entity's own model).\n")
+          "`own` = self-consumption control (the same alpha of synthetic data, all from the entity's own model). "
+          "CIs: paired over the seeds both cells have; log ppl ratios (negative = lower perplexity than isolation).\n")
     print("| alpha | beta | pool | seeds | own ppl | cross ppl | JS (nats) | CKA | log own ppl vs isolation [95% CI] | "
           "log cross ppl vs isolation [95% CI] | JS vs isolation [95% CI] |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     grids = {k: np.full((3, 3), np.nan) for k in ("own", "cross", "js")}
-    cells = [(a, b, "all") for b in SWEEP_GRID for a in SWEEP_GRID] + [(0.5, 0.5, "own")]
+    cells = [(a, b, "all") for b in SWEEP_GRID for a in SWEEP_GRID] + [(a, b, "own") for a, b in CONTROL_CELLS]
     for a, b, src in cells:
-        cur = _last(rows, alpha=a, beta=b, sources=src, **{k: v for k, v in base.items() if k != "sources"})
-        iso = _last(rows, alpha=0.0, beta=b, sources="all", **{k: v for k, v in base.items() if k != "sources"})
+        cur, iso = _base_rows(rows, alpha=a, beta=b, sources=src), _base_rows(rows, alpha=0.0, beta=b)
         if not cur:
             continue
         seeds = sorted(set(cur) & set(iso))
         v = {k: [cur[s][k] for s in sorted(cur)] for k in ("own_ppl", "cross_ppl", "js", "cka")}
-        cis = ["-"] * 3 if a == 0 else [_ratio_ci(cur, iso, "own_ppl"), _ratio_ci(cur, iso, "cross_ppl"),
-                                        str(paired_ci([cur[s]["js"] for s in seeds], [iso[s]["js"] for s in seeds]))
-                                        if len(seeds) > 1 else "n/a"]
+        cis = ["-"] * 3 if a == 0 else _cis(cur, iso)
         print(f"| {a} | {b} | {src} | {len(cur)} | {mean_std(v['own_ppl'], 4)} | {mean_std(v['cross_ppl'], 4)} | "
               f"{mean_std(v['js'], 3)} | {mean_std(v['cka'], 3)} | {' | '.join(cis)} |")
-        if src == "all" and seeds:
+        if src == "all" and seeds:  # heat maps: means over the seeds the cell shares with its isolation
             i, j = SWEEP_GRID.index(a), SWEEP_GRID.index(b)
             grids["own"][i, j] = np.mean([np.log(cur[s]["own_ppl"] / iso[s]["own_ppl"]) for s in seeds])
             grids["cross"][i, j] = np.mean([np.log(cur[s]["cross_ppl"] / iso[s]["cross_ppl"]) for s in seeds])
             grids["js"][i, j] = np.mean(v["js"])
-    own = _last(rows, alpha=0.5, beta=0.5, sources="own", **{k: v for k, v in base.items() if k != "sources"})
-    mixed = _last(rows, alpha=0.5, beta=0.5, sources="all", **{k: v for k, v in base.items() if k != "sources"})
-    if own and mixed:
-        print("\nInteraction vs self-consumption at alpha = beta = 0.5 (paired over seeds; log ppl, negative = "
-              "interaction better):\n")
-        for key in ("own_ppl", "cross_ppl"):
-            print(f"- shared pool minus own-model pool, log {key}: {_ratio_ci(mixed, own, key)}")
-        seeds = sorted(set(own) & set(mixed))
-        js_ci = paired_ci([mixed[s]["js"] for s in seeds], [own[s]["js"] for s in seeds])
-        print(f"- shared pool minus own-model pool, JS: {js_ci}")
+    for a, b in CONTROL_CELLS:
+        own, mixed = _base_rows(rows, alpha=a, beta=b, sources="own"), _base_rows(rows, alpha=a, beta=b)
+        if len(set(own) & set(mixed)) < 2:
+            continue
+        print(f"\nInteraction vs self-consumption at alpha = {a}, beta = {b} (shared pool minus own-model pool, paired over "
+              f"{len(set(own) & set(mixed))} seeds; negative = the shared pool is better / more homogeneous):\n")
+        for name, ci in zip(("log own ppl", "log cross ppl", "JS"), _cis(mixed, own), strict=True):
+            print(f"- {name}: {ci}")
+    # the cross-task gap by generation at beta = 1: when it opens and whether it lasts as the pool recycles
+    print("\nCross-task gap by generation at beta = 1 (log cross ppl minus isolation's, paired over seeds):\n")
+    for src in ("all", "own"):
+        cur, iso = (_gen_rows(rows, alpha=a, beta=1.0, sources=s) for a, s in ((0.5, src), (0.0, "all")))
+        seeds = sorted(set(cur) & set(iso))
+        if len(seeds) > 1:
+            def log_cross(h, g, seeds=seeds):
+                return [np.log(h[s][g]["cross_ppl"]) for s in seeds]
+            print(f"- alpha 0.5, {src} pool ({len(seeds)} seeds): " + ", ".join(
+                f"g{g}: {paired_ci(log_cross(cur, g), log_cross(iso, g))}" for g in range(1, len(cur[seeds[0]]))))
+    # homogenisation trend: JS at alpha 0.5 and 1 vs 0.5, per beta
+    print("\nHomogenisation trend (JS, paired over seeds):\n")
+    for b in SWEEP_GRID:
+        half, full = _base_rows(rows, alpha=0.5, beta=b), _base_rows(rows, alpha=1.0, beta=b)
+        seeds = sorted(set(half) & set(full))
+        if len(seeds) > 1:
+            ci = paired_ci([full[s]["js"] for s in seeds], [half[s]["js"] for s in seeds])
+            print(f"- beta = {b}: JS(alpha 1) - JS(alpha 0.5) = {ci} ({len(seeds)} seeds)")
+    print("\nPer generation (mean over seeds; generation 0 is real data only): own ppl / cross ppl / JS\n")
+    curves = [(0.0, 0.5, "all"), (0.5, 0.5, "all"), (1.0, 0.5, "all"), (0.5, 0.5, "own"),
+              (0.0, 1.0, "all"), (0.5, 1.0, "all"), (0.5, 1.0, "own")]
+    mean_curves = {}
+    for a, b, src in curves:
+        hs = [r["history"] for r in rows if r["alpha"] == a and r["beta"] == b and r["sources"] == src
+              and all(r[k] == v for k, v in base.items() if k != "sources")]
+        if not hs:
+            continue
+        mean_curves[a, b, src] = {k: np.mean([[g[k] for g in h] for h in hs], 0) for k in ("own_ppl", "cross_ppl", "js")}
+        c = mean_curves[a, b, src]
+        print(f"- alpha={a} beta={b} {src} ({len(hs)} seeds): " + ", ".join(
+            f"g{g}: {c['own_ppl'][g]:.1f} / {c['cross_ppl'][g]:.1f} / {c['js'][g]:.4f}" for g in range(len(c["js"]))))
     if out is not None:
         import matplotlib
         matplotlib.use("Agg")
@@ -217,48 +290,71 @@ def report_sweep(rows: list[dict], out: Path | None, generations: int) -> None:
         fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
         for ax, (name, key) in zip(axes, [("log own ppl / isolation", "own"), ("log cross ppl / isolation", "cross"),
                                           ("JS divergence (nats)", "js")], strict=True):
-            im = ax.imshow(grids[key], origin="lower", extent=(-0.25, 1.25, -0.25, 1.25), aspect="auto")
+            im = ax.imshow(grids[key], origin="lower", extent=(-0.25, 1.25, -0.25, 1.25), aspect="auto",
+                           cmap="RdBu_r" if key != "js" else "viridis",
+                           **({"vmin": -np.nanmax(np.abs(grids[key])), "vmax": np.nanmax(np.abs(grids[key]))}
+                              if key != "js" else {}))
+            for i, alpha in enumerate(SWEEP_GRID):
+                for j, beta in enumerate(SWEEP_GRID):
+                    if not np.isnan(grids[key][i, j]):
+                        ax.text(beta, alpha, f"{grids[key][i, j]:+.3f}" if key != "js" else f"{grids[key][i, j]:.3f}",
+                                ha="center", va="center", fontsize=8)
             ax.set_xticks(SWEEP_GRID)
             ax.set_yticks(SWEEP_GRID)
             ax.set_xlabel("beta")
             ax.set_ylabel("alpha")
             ax.set_title(name)
             fig.colorbar(im, ax=ax)
+        fig.suptitle("K=2 tiny LMs after 3 interacting generations (mean over seeds; empty = not run)")
         fig.tight_layout()
         fig.savefig(out / "model_interactions_lm_heatmaps.png", dpi=100)
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-        for a, src in [(0.0, "all"), (0.5, "all"), (1.0, "all"), (0.5, "own")]:
-            hs = [r["history"] for r in rows if r["alpha"] == a and r["beta"] == 0.5 and r["sources"] == src
-                  and all(r[k] == v for k, v in base.items() if k != "sources")]
-            if not hs:
-                continue
-            for ax, key in zip(axes, ("own_ppl", "cross_ppl", "js"), strict=True):
-                ax.plot(np.mean([[g[key] for g in h] for h in hs], 0), marker="o", label=f"alpha={a} ({src})")
-                ax.set_title(f"{key} (beta 0.5)")
-                ax.set_xlabel("generation")
-        axes[0].legend()
+        fig, axes = plt.subplots(2, 3, figsize=(12, 6.5))
+        for row, b in enumerate((0.5, 1.0)):
+            for (a, bb, src), c in mean_curves.items():
+                if bb != b:
+                    continue
+                for ax, key in zip(axes[row], ("own_ppl", "cross_ppl", "js"), strict=True):
+                    ax.plot(c[key], marker="o", ls="--" if src == "own" else "-", label=f"alpha={a} ({src} pool)")
+                    ax.set_title(f"{key}, beta {b}")
+                    ax.set_xlabel("generation")
+            axes[row, 0].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "model_interactions_lm_generations.png", dpi=100)
 
 
+def _gap_cell(mix: dict, iso: dict, seeds: list[int], key: str, g: int) -> str:
+    """log(mix / iso) of `key` at generation g: paired CI over seeds, or the single value marked as one seed."""
+    a, b = [np.log(mix[s][g][key]) for s in seeds], [np.log(iso[s][g][key]) for s in seeds]
+    return str(paired_ci(a, b)) if len(seeds) > 1 else f"{a[0] - b[0]:+.3g} (1 seed)"
+
+
 def report_scale(rows: list[dict]) -> None:
-    print("\n## Scale: the cross-task gap (alpha 0.5 vs isolation, beta 0.5) as steps, width and pool size grow\n")
-    print("| change | seeds | cross ppl isolation | cross ppl alpha 0.5 | log cross ratio [95% CI] | log own ratio [95% CI] "
-          "| JS isolation / alpha 0.5 |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n## Scale: the cross-task gap (alpha 0.5 vs isolation, beta {SCALE_BETA}) as steps, width and pool size grow\n")
+    print("| change | seeds | cross ppl isolation | cross ppl alpha 0.5 | log cross ratio, generation 1 [95% CI] | "
+          "log cross ratio, generation 3 [95% CI] | log own ratio, generation 3 [95% CI] | JS isolation / alpha 0.5 | "
+          "CPU s per run (iso / alpha 0.5) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, change in SCALE_ROWS.items():
         cfg = {**BASE, **change}
-        iso = _last(rows, alpha=0.0, beta=0.5, **cfg)
-        mix = _last(rows, alpha=0.5, beta=0.5, **cfg)
+        hist = {a: {r["seed"]: r["history"] for r in rows if r["alpha"] == a and r["beta"] == SCALE_BETA
+                    and all(r[k] == v for k, v in cfg.items())} for a in (0.0, 0.5)}
+        iso, mix = hist[0.0], hist[0.5]
         if name == "pool x4":  # isolation never reads the pool: the base isolation runs are the same runs
-            iso = _last(rows, alpha=0.0, beta=0.5, **BASE)
+            iso = {r["seed"]: r["history"] for r in rows if r["alpha"] == 0.0 and r["beta"] == SCALE_BETA
+                   and all(r[k] == v for k, v in BASE.items())}
         seeds = sorted(set(iso) & set(mix))
         if not seeds:
             continue
+        cpu = [[r["cpu_seconds"] for r in rows if "cpu_seconds" in r and r["alpha"] == a and r["beta"] == SCALE_BETA
+                and all(r[k] == v for k, v in cfg.items())] for a in (0.0, 0.5)]  # runs before CPU timing have none
+        cpu = [f"{np.mean(c):.0f}" if c else "n/a" for c in cpu]
         print(f"| {name} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k != 'sources')}) | {len(seeds)} | "
-              f"{mean_std([iso[s]['cross_ppl'] for s in seeds], 4)} | {mean_std([mix[s]['cross_ppl'] for s in seeds], 4)} | "
-              f"{_ratio_ci(mix, iso, 'cross_ppl')} | {_ratio_ci(mix, iso, 'own_ppl')} | "
-              f"{np.mean([iso[s]['js'] for s in seeds]):.4f} / {np.mean([mix[s]['js'] for s in seeds]):.4f} |")
+              f"{mean_std([iso[s][-1]['cross_ppl'] for s in seeds], 4)} | "
+              f"{mean_std([mix[s][-1]['cross_ppl'] for s in seeds], 4)} | "
+              f"{_gap_cell(mix, iso, seeds, 'cross_ppl', 1)} | {_gap_cell(mix, iso, seeds, 'cross_ppl', -1)} | "
+              f"{_gap_cell(mix, iso, seeds, 'own_ppl', -1)} | "
+              f"{np.mean([iso[s][-1]['js'] for s in seeds]):.4f} / {np.mean([mix[s][-1]['js'] for s in seeds]):.4f} | "
+              f"{cpu[0]} / {cpu[1]} |")
 
 
 def speed(out_rows: int = 16) -> None:
@@ -276,19 +372,20 @@ def speed(out_rows: int = 16) -> None:
     opt = torch.optim.AdamW(model.parameters(), 3e-3)
 
     def timed(fn, reps=10):
-        t = time.perf_counter()
+        t = time.process_time()  # CPU time: the machine is shared, wall time is not the cost
         for _ in range(reps):
             opt.zero_grad()
             fn().backward()
             opt.step()
-        return (time.perf_counter() - t) / reps
+        return (time.process_time() - t) / reps
 
     t_k = timed(lambda: sum(model.token_nll(m, ids[:, k])[0].mean() for k, m in enumerate(model.models)))
     t_1 = timed(lambda: model.token_nll(model.models[0], ids[:, 0])[0].mean())
     tokens = ids[:, 0].numel()
     k_rate, one_rate = dm.num_entities * tokens / t_k, tokens / t_1
-    print(f"\nSpeed: K={dm.num_entities} entity step {t_k * 1e3:.0f} ms ({k_rate:.0f} tok/s), one model alone (reference) "
-          f"{t_1 * 1e3:.0f} ms ({one_rate:.0f} tok/s); per-token throughput ratio {k_rate / one_rate:.2f}")
+    print(f"\nSpeed: K={dm.num_entities} entity step {t_k * 1e3:.0f} ms CPU ({k_rate:.0f} tok per CPU s), one model "
+          f"alone (reference) {t_1 * 1e3:.0f} ms CPU ({one_rate:.0f} tok per CPU s); per-token throughput ratio "
+          f"{k_rate / one_rate:.2f}")
 
 
 def main() -> None:
