@@ -7,14 +7,19 @@
    through the CLI (tests/namex/fsdp_worker.py): loss curves and the parameters each rank holds.
 2. Routed-expert layer throughput vs pruned fraction: `VariableWidthExperts` (grouped, sorted-token) and the per-expert
    loop it replaces, on experts whose atoms were pruned at random (global ranking, so widths differ per expert).
-3. Bytes kept for the backward by one NAMEx HF merging step (saved-tensor hooks): all merge units at once vs `chunk`.
+3. One NAMEx HF training step, propagated state in the weights basis (per-unit (U, P) states) vs the expert basis
+   (coefficients over the banks): heap bytes kept for the backward, peak resident memory, CPU time (each in its own
+   process).
 4. The memory plan (formula in lit_iclr/core/moe/memory.py) for DeepSeek-MoE-16B and Qwen1.5-MoE-A2.7B on 8 x 80 GB.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -110,66 +115,144 @@ def throughput(d: int, width: int, E: int, k: int, tokens: int, repeats: int) ->
     return "\n".join(rows)
 
 
-def saved_bytes(model, ids) -> int:
-    """Bytes of the distinct tensors autograd keeps for the backward of one forward."""
-    seen: dict[int, int] = {}
+# ------------------------------------------------------------------ 3. memory and time of a NAMEx HF step, per path
+STEP_MODEL = dict(hidden_size=128, moe_intermediate_size=256, num_experts=8, num_hidden_layers=4,
+                  intermediate_size=256, shared_expert_intermediate_size=256, num_attention_heads=4)
+STEP_CASES = [  # (label, merge options, activation checkpointing)
+    ("camex (no chain)", dict(mode="camex", chunk=16), False),
+    ("namex, beta 0", dict(mode="namex", chain_state="weights"), False),
+    ("namex, beta 0", dict(mode="namex", chain_state="coefficients", chunk=16), False),
+    ("namex, beta 0, act. ckpt", dict(mode="namex", chain_state="weights"), True),
+    ("namex, beta 0, act. ckpt", dict(mode="namex", chain_state="coefficients", chunk=16), True),
+    ("namex, complex beta, act. ckpt", dict(mode="namex", chain_state="weights", beta_abs=0.9, beta_phase=0.4), True),
+    ("namex, complex beta, act. ckpt", dict(mode="namex", chain_state="coefficients", chunk=16, beta_abs=0.9,
+                                            beta_phase=0.4), True),
+]
 
-    def pack(t):
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(ids, use_cache=False).logits.square().mean()
-    loss.backward()
-    return sum(seen.values())
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
 
 
-def merge_memory(seq: int, segment: int) -> str:
-    rows = ["| mode | chunk | kept for backward (MiB) | vs all units |", "|---|---:|---:|---:|"]
-    ids = torch.randint(0, 128, (2, seq), generator=torch.Generator().manual_seed(0))
-    for mode in ("smear", "camex", "namex"):
-        ref = None
-        for chunk in (None, 4):
-            model = tiny_model("qwen2_moe", hidden_size=64, moe_intermediate_size=128, num_experts=8,
-                               num_hidden_layers=2).train()
-            apply_merging(model, MergeOptions(mode=mode, segment=segment, beta_abs=0.9, beta_phase=0.4, chunk=chunk))
-            b = saved_bytes(model, ids)
-            ref = ref or b
-            rows.append(f"| {mode} | {chunk or 'all'} | {b / 2**20:.2f} | {b / ref:.2f} |")
+def _libc():
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    return libc
+
+
+def _heap_bytes() -> int:
+    """Bytes in use in the C heap (glibc mallinfo2), where CPU tensors live: what any holder keeps alive."""
+    m = _libc().mallinfo2()
+    return m.uordblks + m.hblkhd
+
+
+def _status_kib(field: str) -> int:
+    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+def step_memory_one(case: int, seq: int, segment: int, steps: int) -> dict:
+    """One case in this process: heap bytes kept by a training forward for its backward, the peak resident memory
+    of one forward + backward above the level before it (heap trimmed, VmHWM reset through /proc/self/clear_refs),
+    CPU seconds."""
+    _, opts, ckpt = STEP_CASES[case]
+    torch.manual_seed(0)
+    model = tiny_model("qwen2_moe", **STEP_MODEL).train()
+    apply_merging(model, MergeOptions(segment=segment, **opts))
+    if ckpt:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    ids = torch.randint(0, 128, (2, seq), generator=torch.Generator().manual_seed(1))
+    times, kept, peak = [], [], []
+    for i in range(steps + 1):  # step 0 allocates the gradients and warms up
+        model.zero_grad(set_to_none=False)
+        gc.collect()
+        _libc().malloc_trim(0)  # freed heap back to the system: the resident size below is what is in use
+        Path("/proc/self/clear_refs").write_text("5")
+        rss, heap, t0 = _status_kib("VmRSS"), _heap_bytes(), time.process_time()
+        loss = model(ids, use_cache=False).logits.float().square().mean()
+        k = _heap_bytes() - heap
+        loss.backward()
+        del loss
+        if i:
+            times.append(time.process_time() - t0)
+            kept.append(k)
+            peak.append((_status_kib("VmHWM") - rss) * 1024)
+    return {"kept": min(kept), "peak": min(peak), "cpu_s": sorted(times)[len(times) // 2]}
+
+
+def step_memory(seq: int, segment: int, steps: int) -> str:
+    """Each case in a fresh process (peak resident memory is per process), one after the other."""
+    res = []
+    for i in range(len(STEP_CASES)):
+        out = subprocess.run([sys.executable, __file__, "--step-case", str(i), "--seq", str(seq), "--segment",
+                              str(segment), "--steps", str(steps)], cwd=ROOT, capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"), check=True)
+        res.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    m = STEP_MODEL
+    P = 3 * m["moe_intermediate_size"] * m["hidden_size"]
+    U = 2 * seq // segment
+    rows = [f"(d {m['hidden_size']}, {m['num_experts']} experts of width {m['moe_intermediate_size']} (P = {P:,}), "
+            f"{m['num_hidden_layers']} MoE layers, 2 x {seq} tokens, segment {segment}: U = {U} units; one (U, P) "
+            f"fp32 state = {U * P * 4 / 2**20:.1f} MiB, one layer's bank = {m['num_experts'] * P * 4 / 2**20:.1f} MiB)",
+            "", "| case | chain state | kept for backward (MiB) | peak over the step (MiB) | step CPU s | time / weights |",
+            "|---|---|---:|---:|---:|---:|"]
+    ref_t = {}
+    for (label, opts, _), r in zip(STEP_CASES, res, strict=True):
+        state = opts.get("chain_state", "-")
+        if state == "weights":
+            ref_t[label] = r["cpu_s"]
+        ratio = f"{r['cpu_s'] / ref_t[label]:.2f}" if label in ref_t else "-"
+        rows.append(f"| {label} | {state} | {r['kept'] / 2**20:.2f} | {r['peak'] / 2**20:.2f} | {r['cpu_s']:.3f} | "
+                    f"{ratio} |")
     return "\n".join(rows)
 
 
 def plans() -> str:
-    rows = ["| model | segment | mode | weights | grads | AdamW | gathered | activations | logits | merge bank | "
-            "merge state | total GiB/device | fits 80 GB |", "|---|---:|---|" + "---:|" * 10]
+    rows = ["| model | segment | mode | chain state | weights | grads | AdamW | gathered | activations | logits | "
+            "merge bank | bank grads | merge state | merged | total GiB/device | fits 80 GB |",
+            "|---|---:|---|---|" + "---:|" * 12]
+    cases = [(16, "namex", "weights", 0.0), (16, "namex", "coefficients", 0.0), (16, "namex", "weights", 0.9),
+             (16, "namex", "coefficients", 0.9), (32, "namex", "weights", 0.0), (16, "camex", "weights", 0.0)]
     for name in ("deepseek-moe-16b", "qwen1.5-moe-a2.7b"):
-        for segment, mode in ((16, "namex"), (256, "namex"), (16, "camex")):
-            t = plan(PRESETS[name], 8, batch=1, seq_len=2048, segment=segment, mode=mode, chunk=16)
+        for segment, mode, state, beta in cases:
+            t = plan(PRESETS[name], 8, batch=1, seq_len=2048, segment=segment, mode=mode, chunk=16, beta_abs=beta,
+                     chain_state=state)
             g = {k: v / GiB for k, v in t.items()}
-            rows.append(f"| {name} | {segment} | {mode} | {g['weights']:.1f} | {g['gradients']:.1f} | "
-                        f"{g['optimizer']:.1f} | {g['gathered']:.1f} | {g['activations']:.2f} | {g['logits']:.2f} | "
-                        f"{g['merge bank']:.2f} | {g['merge state']:.1f} | {g['total']:.1f} | "
-                        f"{'yes' if t['total'] <= 80e9 else 'no'} |")
+            label = f"{mode}{' (complex beta)' if beta else ''}"
+            rows.append(f"| {name} | {segment} | {label} | {state if mode == 'namex' else '-'} | {g['weights']:.1f} | "
+                        f"{g['gradients']:.1f} | {g['optimizer']:.1f} | {g['gathered']:.1f} | {g['activations']:.2f} | "
+                        f"{g['logits']:.2f} | {g['merge bank']:.2f} | {g['bank grads']:.2f} | {g['merge state']:.2f} | "
+                        f"{g['merged']:.2f} | {g['total']:.1f} | {'yes' if t['total'] <= 80e9 else 'no'} |")
     return "\n".join(rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-sharded", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--segment", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--step-case", type=int, default=None, help=argparse.SUPPRESS)  # one case of section 3
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    if a.step_case is not None:
+        print(json.dumps(step_memory_one(a.step_case, a.seq, a.segment, a.steps)))
+        return
     if not a.skip_sharded:
         with tempfile.TemporaryDirectory() as tmp:
             print("## 1. FSDP2 on 2 CPU processes vs 1 process (tiny Qwen2-MoE, NAMEx, CLI)\n")
             print(sharded(Path(tmp)), "\n")
-    print(f"## 2. Routed-expert layer (E=16, d=1024, width 512, top-2, {a.tokens} tokens): throughput vs pruned atoms\n")
-    print(throughput(1024, 512, 16, 2, a.tokens, a.repeats), "\n")
-    print("## 3. NAMEx HF step (2 x 128 tokens, segment 8): tensors kept for the backward\n")
-    print(merge_memory(128, 8), "\n")
-    print("## 4. Memory plan, 8 devices, 1 x 2048 tokens per device, activation checkpointing\n")
+    if not a.skip_throughput:
+        print(f"## 2. Routed-expert layer (E=16, d=1024, width 512, top-2, {a.tokens} tokens): throughput vs pruned "
+              "atoms\n")
+        print(throughput(1024, 512, 16, 2, a.tokens, a.repeats), "\n")
+    print("## 3. NAMEx HF training step: memory kept for the backward, peak memory and CPU time, per chain state\n")
+    print(step_memory(a.seq, a.segment, a.steps), "\n")
+    print("## 4. Memory plan, 8 devices, 1 x 2048 tokens per device, activation checkpointing, chunk 16\n")
     print(plans())
 
 

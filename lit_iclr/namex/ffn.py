@@ -64,6 +64,10 @@ class MergeOptions:
         nash_every: Nash weights re-solved every k training steps (1: every forward, per merge unit).
         chunk: Hugging Face models only: merge units processed at once; each chunk's merged expert weights are
             recomputed in the backward instead of stored (bounds the merge buffers; null: all units at once).
+        chain_state: Hugging Face models only, EP-CAMEx / NAMEx: how the propagated state is kept. `coefficients`: in
+            the expert basis (per-unit coefficients over the experts merged so far; memory independent of the number
+            of merge units, merge cost growing with depth); `weights`: per-unit flat expert weights (U, P) per layer
+            (faster, memory U P per layer); `auto`: coefficients unless a TIES / DARE mask needs the weights.
     """
 
     mode: str = "namex"
@@ -80,6 +84,7 @@ class MergeOptions:
     dare_p: float = 0.1
     nash_every: int = 1
     chunk: int | None = None
+    chain_state: str = "auto"
 
 
 class MergingFFN(nn.Module):

@@ -21,6 +21,20 @@ while replaying, so gradients equal the non-checkpointed ones for every merging 
 
 Memory. With `options.chunk` set, merge units are processed `chunk` at a time and each chunk's merged SwiGLU weights are
 recomputed in the backward instead of being kept (only the propagated state, the layer's output, survives).
+
+Expert basis (`chain_state: coefficients`, the default for EP-CAMEx / NAMEx without masks). Every propagated base is a
+linear combination of the experts merged so far (layer 0 starts from their mean, and each update is linear in the
+incoming base and the layer's experts), so the chain carries per-unit coefficients C (U, K) over the flat experts of
+every earlier MoE layer (the banks, K rows) instead of per-unit weights (U, P):
+
+    C_base^0 = 1/n over E^0,  delta^l = w^l e_l - (sum_i w^l_i) C_base^l,  C_base^{l+1} = C_base^l + gamma Re(mu^{l+1})
+    merged weights of unit u = C_u [E^0; ...; E^l], built `chunk` units at a time inside the SwiGLU and rebuilt in the
+    backward; the Nash Gram G = (e - C) M (e - C)^T with M the float64 Gram matrix of the banks, extended per layer.
+
+What stays for the backward is then the banks (one (n, P) copy per MoE layer, independent of the number of units) and
+tiny coefficients, instead of (U, P) per layer and state; the cost is a merge over all earlier layers' experts (O(L^2)
+in the depth). `chain_state: weights` keeps the (U, P) states (faster when memory allows); curvature, TIES and
+training-time DARE act entry by entry on the weights and need it (`auto` picks it for them).
 """
 from __future__ import annotations
 
@@ -36,9 +50,11 @@ from torch.utils.checkpoint import checkpoint
 from lit_iclr.core.moe import MoEBlock, check_moe
 
 from .ffn import MergeOptions, merge_units
-from .merging import MERGE_MODES, ExpertMerger
-from .propagation import Chain, PropagationState
+from .merging import MERGE_MODES, ExpertMerger, replaying
+from .propagation import EMPTY_STATE, Chain, PropagationState
 from .routing import top_k_gates
+
+CHAIN_STATES = ("auto", "coefficients", "weights")
 
 
 @dataclass
@@ -50,6 +66,7 @@ class _Patch:
     segment: int | None
     top_k: int
     chunk: int | None
+    coefficients: bool = False  # the chain state is kept in the expert basis
 
 
 def flat_experts(block: MoEBlock) -> Tensor:
@@ -98,6 +115,65 @@ def _merge_apply(p: _Patch, act, bank: Tensor, xu: Tensor, gates: Tensor, *state
     return y, *((nxt.base, nxt.mu_re, nxt.mu_im) if nxt is not None else (None, None, None))
 
 
+@torch.no_grad()
+def _extend_metric(metric: Tensor | None, banks: tuple[Tensor, ...], chunk: int = 1 << 14) -> Tensor:
+    """The float64 Gram matrix of the rows of `banks` from that of all but the last bank (column blocks of `chunk`)."""
+    new = banks[-1]
+    n, P = new.shape
+    if any(b.shape[1] != P for b in banks):
+        raise ValueError("the expert basis needs experts of the same shape in every MoE layer; use chain_state: weights")
+    K0 = 0 if metric is None else metric.shape[0]
+    cross = torch.zeros(n, K0 + n, dtype=torch.float64, device=new.device)
+    for a in range(0, P, chunk):
+        cross += new[:, a:a + chunk].double() @ torch.cat([b[:, a:a + chunk] for b in banks]).double().T
+    out = torch.empty(K0 + n, K0 + n, dtype=torch.float64, device=new.device)
+    if metric is not None:
+        out[:K0, :K0] = metric
+    out[K0:] = cross
+    out[:, K0:] = cross.T
+    return out
+
+
+def _coefficient_units(xu: Tensor, coef: Tensor, inner: int, act, *banks: Tensor) -> Tensor:
+    """SwiGLU of units xu (U, S, d) with merged experts C [E^0; ...; E^l], built one bank at a time (no (K, P) copy)."""
+    merged, off = None, 0
+    for b in banks:
+        c = coef[:, off:off + b.shape[0]].to(b.dtype)
+        off += b.shape[0]
+        merged = c @ b if merged is None else torch.addmm(merged, c, b)
+    return _swiglu_units(xu, merged, inner, act)
+
+
+def _coefficient_merge(p: _Patch, act, experts: Tensor, xu: Tensor, gates: Tensor) -> Tensor:
+    """Merge in the expert basis (module docstring): coefficients through the merger, weights only chunk-wise."""
+    prev = p.chain.read(p.index)
+    n = experts.shape[0]
+    banks = (prev.banks if prev is not None else ()) + (experts,)
+    K0 = sum(b.shape[0] for b in banks[:-1])
+    dt = torch.promote_types(gates.dtype, torch.float32)
+    bank = torch.zeros(n + 1, K0 + n, dtype=dt, device=experts.device)
+    bank[0, K0:] = 1.0 / n                                             # slot 0: the mean expert (layer 0's base)
+    bank[1:, K0:] = torch.eye(n, dtype=dt, device=experts.device)     # E_i of this layer
+    metric = _extend_metric(prev.metric if prev is not None else None, banks) if p.merger.mode == "namex" else None
+    local = Chain()
+    if prev is not None:  # the incoming coefficients, with zeros for this layer's experts
+        pad = [None if t is None else F.pad(t.to(dt), (0, n)) for t in (prev.base, prev.mu_re, prev.mu_im)]
+        local.write(p.index - 1, PropagationState(*pad))
+    coef = p.merger(bank, gates.to(dt), local, p.index, metric=metric)
+    nxt = local.states[p.index]
+    p.chain.write(p.index, PropagationState(nxt.base, nxt.mu_re, nxt.mu_im, metric, banks))
+    U = xu.shape[0]
+    coef = coef.expand(U, -1)
+    step = p.chunk or U
+    inner = p.block.widths()[0]
+    if not torch.is_grad_enabled():
+        return torch.cat([_coefficient_units(xu[a:a + step], coef[a:a + step], inner, act, *banks)
+                          for a in range(0, U, step)])
+    # the merged weights of each chunk are rebuilt in the backward: only coefficients and banks are kept
+    return torch.cat([checkpoint(_coefficient_units, xu[a:a + step], coef[a:a + step], inner, act, *banks,
+                                 use_reentrant=False) for a in range(0, U, step)])
+
+
 def _merged_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
     p: _Patch = module._namex_patch
     B, T, d = hidden_states.shape
@@ -107,8 +183,11 @@ def _merged_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
     u, xu = merge_units(x, S)
     gates = router_gates(p.block, u, p.top_k).to(x.dtype)              # the model's own router on the unit means
     experts = flat_experts(p.block)
-    bank = experts if p.merger.mode == "smear" else torch.cat([experts.mean(0, keepdim=True), experts])
     act = getattr(p.block.experts, "act_fn", None) or F.silu
+    if p.coefficients:
+        y = _coefficient_merge(p, act, experts, xu, gates)
+        return _finish(p, y, hidden_states, pad)
+    bank = experts if p.merger.mode == "smear" else torch.cat([experts.mean(0, keepdim=True), experts])
     prev = p.chain.read(p.index) if p.merger.propagates else None
     state = (prev.base, prev.mu_re, prev.mu_im) if prev is not None else (None, None, None)
     U = xu.shape[0]
@@ -129,6 +208,12 @@ def _merged_forward(module: nn.Module, hidden_states: Tensor) -> Tensor:
         p.merger.tick()
     if p.merger.propagates and nxt[0] is not None:
         p.chain.write(p.index, PropagationState(*nxt))
+    return _finish(p, y, hidden_states, pad)
+
+
+def _finish(p: _Patch, y: Tensor, hidden_states: Tensor, pad: int) -> Tensor:
+    """Units back to (B, T, d), plus the block's shared experts."""
+    B, T, d = hidden_states.shape
     y = y.reshape(B, T + pad, d)[:, :T]
     if p.block.shared:
         flat = hidden_states.reshape(-1, d)
@@ -162,20 +247,25 @@ class _ChainCarrier:
 def _carry_state(layer: nn.Module, raw, fn, *args):
     chain, index = layer._namex_chain, layer._namex_index
     prev = chain.read(index)
-    state = (prev.base, prev.mu_re, prev.mu_im) if prev is not None else (None, None, None)
+    state = prev.flat() if prev is not None else EMPTY_STATE
     n = len(args)
+    sizes = []  # how many of the outputs are this layer's state (4 + its banks in the expert basis)
 
     def run(*flat):
+        if replaying():  # a replay's states serve its own recomputation only: drop them when the backward ends
+            torch.autograd.Variable._execution_engine.queue_callback(chain.clear)
         if flat[n] is not None:
-            chain.write(index - 1, PropagationState(*flat[n:]))
+            chain.write(index - 1, PropagationState.from_flat(flat[n:]))
         out = fn(*flat[:n])
-        mine = chain.states[index]
+        mine = chain.states[index].flat()
         outs = out if isinstance(out, tuple) else (out,)
-        return (*outs, mine.base, mine.mu_re, mine.mu_im)
+        sizes.append(len(mine))
+        return (*outs, *mine)
 
     res = raw(run, *args, *state)
-    chain.write(index, PropagationState(*res[-3:]))
-    out = res[:-3]
+    k = sizes[0]
+    chain.write(index, PropagationState.from_flat(res[-k:]))
+    out = res[:-k]
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -212,6 +302,8 @@ def apply_merging(model: nn.Module, options: MergeOptions) -> list[MoEBlock]:
     """Patch every MoE block of `model` to merge its experts (see the module docstring); returns the blocks."""
     if options.mode not in MERGE_MODES:
         raise ValueError(f"Hugging Face merging supports modes {MERGE_MODES}; {options.mode!r} is the model itself")
+    if options.chain_state not in CHAIN_STATES:
+        raise ValueError(f"chain_state must be one of {CHAIN_STATES}, got {options.chain_state!r}")
     blocks = check_moe(model)
     chain = Chain()
     for b in blocks:
@@ -220,9 +312,13 @@ def apply_merging(model: nn.Module, options: MergeOptions) -> list[MoEBlock]:
                               options.alpha_mode, options.mask, options.dare_p, options.nash_every)
         merger.train(model.training)
         index = chain.register() if merger.propagates else 0
+        entrywise = options.mask != "none"  # TIES / DARE masks act on the weights entry by entry
+        if options.chain_state == "coefficients" and entrywise:
+            raise ValueError(f"chain_state: coefficients cannot apply the {options.mask} mask; use weights or auto")
+        coefficients = merger.propagates and not entrywise and options.chain_state != "weights"
         # Kept out of the module tree (object.__setattr__): the checkpoint keeps the model's own keys only.
         object.__setattr__(b.module, "_namex_patch", _Patch(b, merger, chain, index, options.segment,
-                                                             options.top_k or E, options.chunk))
+                                                             options.top_k or E, options.chunk, coefficients))
         b.module.forward = types.MethodType(_merged_forward, b.module)
         layer = _decoder_layer(model, b) if merger.propagates else None
         if layer is not None:

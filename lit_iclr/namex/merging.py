@@ -44,10 +44,12 @@ class DomainVectors:
 
     Without curvature or masks tau is linear in (E, base), so sum_i w_i tau_i = w E - (sum_i w_i) base and
     G_ij = E_i.E_j - E_i.b - E_j.b + b.b: a few (U, n) x (n, P) products instead of a (U, n, P) tensor per batch.
+    With `metric` M (K, K), experts and base are coefficient rows over a basis whose Gram matrix is M (the expert
+    basis of `lit_iclr.namex.hf`): the same formula with x.y = x M y^T.
     """
 
-    def __init__(self, experts: Tensor, base: Tensor, tau: Tensor | None = None):
-        self.experts, self.base, self.tau = experts, base, tau
+    def __init__(self, experts: Tensor, base: Tensor, tau: Tensor | None = None, metric: Tensor | None = None):
+        self.experts, self.base, self.tau, self.metric = experts, base, tau, metric
         self.dtype = experts.dtype
 
     def weighted(self, w: Tensor) -> Tensor:
@@ -68,6 +70,11 @@ class DomainVectors:
         if self.tau is not None:
             t = self.tau.double()
             return t @ t.transpose(-1, -2)
+        if self.metric is not None:
+            E, b = self.experts.double(), self.base.double()
+            EM = E @ self.metric
+            eb = b @ EM.T
+            return EM @ E.T - eb.unsqueeze(-1) - eb.unsqueeze(-2) + ((b @ self.metric) * b).sum(-1)[:, None, None]
         n, P = self.experts.shape
         U = self.base.shape[0]
         dev = self.experts.device
@@ -131,11 +138,18 @@ class ExpertMerger(nn.Module):
     def propagates(self) -> bool:
         return self.mode in ("ep_camex", "namex")
 
-    def domain_vectors(self, experts: Tensor, base: Tensor, curvature: Callable[[Tensor], Tensor] | None
-                       ) -> DomainVectors:
-        """tau_i = M_i (E_i - E_base), masked; experts (n, P), base (U|1, P)."""
-        if curvature is None and (self.mask == "none" or (self.mask == "dare" and not self.training)):
-            return DomainVectors(experts, base)                 # linear in (E, base): never materialise (U, n, P)
+    def elementwise(self, curvature: Callable[[Tensor], Tensor] | None = None) -> bool:
+        """Whether this forward's domain vectors need their parameters entry by entry (curvature, TIES, training DARE)."""
+        return curvature is not None or self.mask == "ties" or (self.mask == "dare" and self.training)
+
+    def domain_vectors(self, experts: Tensor, base: Tensor, curvature: Callable[[Tensor], Tensor] | None,
+                       metric: Tensor | None = None) -> DomainVectors:
+        """tau_i = M_i (E_i - E_base), masked; experts (n, P), base (U|1, P) (or coefficients with `metric`)."""
+        if not self.elementwise(curvature):
+            return DomainVectors(experts, base, metric=metric)  # linear in (E, base): never materialise (U, n, P)
+        if metric is not None:
+            raise ValueError("curvature, TIES and training-time DARE act entry by entry on the expert parameters; "
+                             "use chain_state: weights (or auto) with them")
         tau = experts.unsqueeze(0) - base.unsqueeze(1)
         if curvature is not None:
             tau = curvature(tau)
@@ -164,7 +178,8 @@ class ExpertMerger(nn.Module):
             self.nash_calls += 1
 
     def forward(self, bank: Tensor, gates: Tensor, chain: Chain | None = None, index: int = 0,
-                curvature: Callable[[Tensor], Tensor] | None = None, tick: bool = True) -> Tensor:
+                curvature: Callable[[Tensor], Tensor] | None = None, tick: bool = True,
+                metric: Tensor | None = None) -> Tensor:
         """Merged flat experts (U, P).
 
         Args:
@@ -174,19 +189,20 @@ class ExpertMerger(nn.Module):
             index: This layer's position in the chain (0 starts from its own base).
             curvature: Optional M (tau -> M tau) of CAMEx.
             tick: Count this call for the Nash schedule (false when one forward merges its units in several calls).
+            metric: Gram matrix of the basis when bank and chain states are coefficients (the expert basis).
         """
-        merged = self._merge(bank, gates, chain, index, curvature)
+        merged = self._merge(bank, gates, chain, index, curvature, metric)
         if tick:
             self.tick()
         return merged
 
     def _merge(self, bank: Tensor, gates: Tensor, chain: Chain | None, index: int,
-               curvature: Callable[[Tensor], Tensor] | None) -> Tensor:
+               curvature: Callable[[Tensor], Tensor] | None, metric: Tensor | None = None) -> Tensor:
         if self.mode == "smear":
             return gates @ bank
         prev = chain.read(index) if (self.propagates and chain is not None) else None
         base = prev.base if prev is not None else bank[:1]                  # (U|1, P)
-        tau = self.domain_vectors(bank[1:], base, curvature)
+        tau = self.domain_vectors(bank[1:], base, curvature, metric)
         if self.mode != "namex":
             merged = torch.add(base, tau.weighted(gates), alpha=self.gamma)  # CAMEx: E_base + gamma sum_i s_i tau_i
             if self.mode == "ep_camex" and chain is not None:
@@ -201,8 +217,8 @@ class ExpertMerger(nn.Module):
                                              prev.mu_im if prev is not None else None,
                                              delta, self.beta_abs, self.beta_phase)
         next_base = torch.add(base, mu_re, alpha=self.gamma)                 # E_base^{l+1} = E_base^l + gamma Re(mu)
-        if chain is not None:
-            chain.write(index, PropagationState(next_base, mu_re, mu_im))
+        if chain is not None:  # with beta = 0 the next layer never reads mu: do not carry (and keep) it
+            chain.write(index, PropagationState(next_base, *((mu_re, mu_im) if self.beta_abs else (None, None))))
         if self.alpha_mode == "product":
             return next_base                                                 # E_hat^l = E_base^{l+1}
         return torch.add(base, tau.weighted(gates), alpha=self.gamma)        # the layer's own router merge

@@ -40,11 +40,30 @@ def complex_momentum_step(mu_re: Tensor | None, mu_im: Tensor | None, delta: Ten
 
 @dataclass
 class PropagationState:
-    """What layer l hands to layer l+1 in one forward pass: the base expert and the momentum buffer (per merge unit)."""
+    """What layer l hands to layer l+1 in one forward pass: the base expert and the momentum buffer (per merge unit).
 
-    base: Tensor               # (U, P) flat base-expert parameters of the next layer
+    In the weights basis `base`, `mu_re`, `mu_im` are (U, P) flat expert parameters. In the expert basis
+    (`lit_iclr.namex.hf`, `chain_state: coefficients`) they are (U, K) coefficients over the rows of `banks` (the flat
+    experts of every earlier MoE layer, K rows in all) and `metric` is the (K, K) float64 Gram matrix of those rows,
+    which is all the Nash solve needs: tau_i . tau_j = (e_i - c) M (e_j - c)^T.
+    """
+
+    base: Tensor               # (U, P) flat base-expert parameters of the next layer, or (U, K) coefficients
     mu_re: Tensor | None = None
     mu_im: Tensor | None = None
+    metric: Tensor | None = None
+    banks: tuple[Tensor, ...] = ()
+
+    def flat(self) -> tuple[Tensor | None, ...]:
+        """The state as a flat tuple of tensors (what crosses a checkpointed decoder layer)."""
+        return (self.base, self.mu_re, self.mu_im, self.metric, *self.banks)
+
+    @classmethod
+    def from_flat(cls, flat) -> PropagationState:
+        return cls(flat[0], flat[1], flat[2], flat[3], tuple(flat[4:]))
+
+
+EMPTY_STATE = (None, None, None, None)  # `flat()` of "no predecessor" (layer 0)
 
 
 class Chain:

@@ -17,7 +17,22 @@ def test_published_sizes_and_the_merge_state_term():
     cfg = PRESETS["qwen1.5-moe-a2.7b"]
     s = shape_of(cfg)
     t = plan(cfg, 8, batch=1, seq_len=2048, segment=16, mode="namex", beta_abs=0.9, beta_phase=0.4)
-    assert t["merge state"] == s.moe_layers * 2 * 128 * 3 * 1408 * 2048 * 2  # L_m * s * U * P * p, complex beta
+    P = 3 * 1408 * 2048
+    assert t["merge state"] == s.moe_layers * 3 * 128 * P * 2  # L_m * s * U * P * p; complex beta: base, Re mu, Im mu
     assert t["weights"] == 4 * s.params / 8 and t["optimizer"] == 8 * s.params / 8
     assert plan(cfg, 8, segment=16, mode="camex")["merge state"] == 0
-    assert plan(cfg, 8, segment=256, mode="namex")["merge state"] == t["merge state"] / 16
+    assert plan(cfg, 8, segment=256, mode="namex")["merge state"] == t["merge state"] / 16 / 3  # beta 0: the base only
+
+
+def test_the_expert_basis_terms():
+    """chain_state coefficients: the banks and their pending gradients (L_m n P p each) replace the (U, P) states."""
+    cfg = PRESETS["qwen1.5-moe-a2.7b"]
+    s = shape_of(cfg)
+    P, K = 3 * 1408 * 2048, s.moe_layers * 60
+    t = plan(cfg, 8, segment=16, mode="namex", chunk=16, chain_state="coefficients")
+    assert t["merge bank"] == t["bank grads"] == s.moe_layers * 60 * P * 2
+    assert t["merge state"] == s.moe_layers * 128 * K * 4 + K * K * 8
+    assert t["merged"] == 2 * 16 * P * 2
+    long = plan(cfg, 8, seq_len=8192, segment=16, mode="namex", chunk=16, chain_state="coefficients")
+    assert long["merge bank"] == t["merge bank"]  # independent of the number of merge units
+    assert plan(cfg, 8, segment=16, mode="camex", chain_state="coefficients")["bank grads"] == 0

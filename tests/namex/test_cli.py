@@ -60,11 +60,14 @@ def tiny_corpus(root: Path, docs_per_topic: int = 12) -> None:
 
 
 @pytest.mark.parametrize("task", ["lm", "topic", "hf"])
-def test_text_twins_fit_and_test(tmp_path, task):
+def test_text_twins_fit_and_test(tmp_path, task, capsys):
     tiny_corpus(tmp_path / "corpus")
     twin = str(ROOT / f"tests/configs/namex_{task}.yaml")
     data = ["--data.init_args.root", str(tmp_path / "corpus"), "--data.init_args.data_dir", str(tmp_path / "data")]
     main(["fit", "--config", twin, "--trainer.default_root_dir", str(tmp_path / "fit"), *data])
+    if task == "hf":  # the memory plan is printed before the first step, for the chain state the run uses
+        out = capsys.readouterr().out
+        assert "memory plan: qwen2_moe" in out and "chain state coefficients" in out and "| bank grads |" in out
     ckpt = tmp_path / "fit" / "checkpoints" / "last.ckpt"
     main(["test", "--config", twin, "--trainer.default_root_dir", str(tmp_path / "test"), "--ckpt_path", str(ckpt),
           *data])

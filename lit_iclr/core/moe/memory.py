@@ -13,11 +13,22 @@ units per device), master weights in fp32 and compute in `p` bytes (2 for bf16):
     logits       8 B T V                      fp32 logits and their gradient
     merge bank   L_m (n + 1) P p              each MoE layer's experts concatenated (+ the mean base), kept for the
                                               backward; with checkpointing only the replayed layer's: (n + 1) P p
-    merge state  L_m s U P p                  the propagated base/momentum per merge unit (s = 0 SMEAR/CAMEx,
-                                              1 EP-CAMEx and NAMEx with real beta, 2 NAMEx with complex beta); it is
-                                              also the merged expert the layer applies, so nothing else is stored
+    merge state  L_m s U P p                  chain_state `weights`: the propagated base/momentum per merge unit
+                                              (s = 0 SMEAR/CAMEx; 1 EP-CAMEx and NAMEx with beta = 0; 2 NAMEx with
+                                              real beta != 0 (base, Re mu); 3 with complex beta (base, Re mu, Im mu));
+                                              the base is also the merged expert the layer applies
     merged       L_m U P p                    SMEAR/CAMEx's per-unit merged experts kept for the backward; with
                                               `chunk` c units: c P p transient (recomputed in the backward)
+
+chain_state `coefficients` (EP-CAMEx / NAMEx in the expert basis, `lit_iclr.namex.hf`) replaces the merge terms by
+
+    merge bank   L_m n P p                    every MoE layer's flat experts, kept until the backward (each layer's
+                                              merged experts are combinations of all earlier layers' experts)
+    bank grads   L_m n P p                    their gradients, pending during the backward until each bank's own
+                                              layer is reached (every later layer adds to them)
+    merge state  L_m s U K 4 + K^2 8          fp32 coefficients over K <= L_m n experts + the float64 Gram matrix
+    merged       2 c P p                      one chunk's merged weights and their gradient (c = chunk, else U),
+                                              transient: rebuilt in the backward
 
 `plan(config, devices, ...)` returns these terms in bytes; `format_plan` renders a table; `plan_for_run(module)`
 prints the plan of a running NAMEx fine-tune (rank 0, before the first step). PRESETS holds the public configurations
@@ -28,6 +39,7 @@ of DeepSeek-MoE-16B and Qwen1.5-MoE-A2.7B (from their config.json files), so the
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 GiB = 1024 ** 3
@@ -89,9 +101,13 @@ def shape_of(cfg) -> Shape:
 
 
 def plan(cfg, devices: int, batch: int = 1, seq_len: int = 2048, segment: int | None = 16, mode: str = "namex",
-         beta_abs: float = 0.9, beta_phase: float = 0.3927, chunk: int | None = None,
-         activation_checkpointing: bool = True, compute_bytes: int = 2) -> dict[str, float]:
-    """Bytes per device of each term of the module docstring's formula (and `total`)."""
+         beta_abs: float = 0.0, beta_phase: float = 0.3927, chunk: int | None = None,
+         activation_checkpointing: bool = True, compute_bytes: int = 2, chain_state: str = "weights"
+         ) -> dict[str, float]:
+    """Bytes per device of each term of the module docstring's formula (and `total`).
+
+    chain_state: `weights` or `coefficients` (`auto` resolves to coefficients, as it does without TIES/DARE masks).
+    """
     s = shape_of(cfg)
     p, N, D, BT = compute_bytes, s.params, devices, batch * seq_len
     U = batch * (seq_len // segment if segment and segment < seq_len else 1)
@@ -104,9 +120,17 @@ def plan(cfg, devices: int, batch: int = 1, seq_len: int = 2048, segment: int | 
     out["logits"] = 8 * BT * s.vocab
     merging = mode in ("smear", "camex", "ep_camex", "namex")
     out["merge bank"] = ((s.experts + 1) * P * p * (1 if activation_checkpointing else Lm)) if merging else 0
-    states = {"ep_camex": 1, "namex": 1 + (1 if beta_abs and beta_phase else 0)}.get(mode, 0)
+    out["bank grads"] = 0.0
+    states = {"ep_camex": 1, "namex": 1 + (1 if beta_abs else 0) + (1 if beta_abs and math.sin(beta_phase) else 0)
+              }.get(mode, 0)
     out["merge state"] = Lm * states * U * P * p
-    if mode in ("smear", "camex"):
+    if states and chain_state in ("coefficients", "auto"):
+        K = Lm * s.experts
+        c = min(chunk, U) if chunk else U
+        out["merge bank"] = out["bank grads"] = Lm * s.experts * P * p
+        out["merge state"] = Lm * states * U * K * 4 + K * K * 8
+        out["merged"] = 2 * c * P * p
+    elif mode in ("smear", "camex"):
         kept = min(chunk, U) if chunk else U
         out["merged"] = kept * P * p * (1 if (chunk or activation_checkpointing) else Lm)
     else:
@@ -120,8 +144,16 @@ def format_plan(name: str, terms: dict[str, float], devices: int, capacity_gib: 
     rows = "\n".join(f"| {k} | {v / scale:,.3f} |" for k, v in terms.items())
     fit = ""
     if capacity_gib is not None:
-        fit = f"\n\n{'fits' if terms['total'] / GiB <= capacity_gib else 'does NOT fit'} in {capacity_gib:g} GiB per device"
+        fit = f"\n\n{'fits' if terms['total'] / GiB <= capacity_gib else 'does NOT fit'} in {capacity_gib:.1f} GiB per device"
     return f"memory plan: {name} on {devices} device(s), per device\n\n| term | {unit} |\n|---|---:|\n{rows}{fit}"
+
+
+def _resolved_chain_state(model, options) -> str:
+    patches = [vars(m).get("_namex_patch") for m in model.modules()]
+    patches = [x for x in patches if x is not None]
+    if patches:
+        return "coefficients" if patches[0].coefficients else "weights"
+    return getattr(options, "chain_state", "weights")
 
 
 def plan_for_run(module) -> str:
@@ -132,26 +164,29 @@ def plan_for_run(module) -> str:
     cfg = module.net.config
     prec = str(trainer.precision)
     bytes_ = 2 if ("bf16" in prec or "16" in prec or hp.get("param_dtype") in ("bfloat16", "float16")) else 4
+    state = _resolved_chain_state(module.net, o)
     terms = plan(cfg, trainer.world_size, batch, seq, o.segment, o.mode, o.beta_abs, o.beta_phase, o.chunk,
-                 bool(hp.get("activation_checkpointing")), bytes_)
-    return format_plan(f"{cfg.model_type} ({shape_of(cfg).params / 1e9:.3g}B parameters), {o.mode}", terms,
-                       trainer.world_size)
+                 bool(hp.get("activation_checkpointing")), bytes_, state)
+    return format_plan(f"{cfg.model_type} ({shape_of(cfg).params / 1e9:.3g}B parameters), {o.mode}, chain state "
+                       f"{state}", terms, trainer.world_size)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Memory plan of a merging MoE fine-tune per device.")
     ap.add_argument("--model", choices=sorted(PRESETS), required=True)
     ap.add_argument("--devices", type=int, default=8)
-    ap.add_argument("--capacity-gib", type=float, default=80.0)
+    ap.add_argument("--capacity-gib", type=float, default=80e9 / GiB, help="per device (default: 80 GB = 74.5 GiB)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--segment", type=int, default=16)
     ap.add_argument("--mode", default="namex")
     ap.add_argument("--chunk", type=int, default=None)
+    ap.add_argument("--chain-state", choices=("weights", "coefficients"), default="coefficients")
+    ap.add_argument("--beta-abs", type=float, default=0.0)
     ap.add_argument("--no-checkpointing", action="store_true")
     a = ap.parse_args(argv)
-    terms = plan(PRESETS[a.model], a.devices, a.batch, a.seq_len, a.segment, a.mode, chunk=a.chunk,
-                 activation_checkpointing=not a.no_checkpointing)
+    terms = plan(PRESETS[a.model], a.devices, a.batch, a.seq_len, a.segment, a.mode, beta_abs=a.beta_abs,
+                 chunk=a.chunk, activation_checkpointing=not a.no_checkpointing, chain_state=a.chain_state)
     print(format_plan(f"{a.model}, {a.mode}, segment {a.segment}", terms, a.devices, a.capacity_gib))
 
 
