@@ -1,7 +1,8 @@
 """STORM vs persistence, climatology and single-scale networks matched in parameters and in compute, on the default
 planet (WB2 layout), over several seeds with paired 95% confidence intervals.
 
-    .venv/bin/python benchmarks/storm.py --seeds 3 --jobs 3     # the tables in seeds/storm.md
+    .venv/bin/python benchmarks/storm.py --seeds 3              # the default 4-year planet (reduced runs: seeds/storm.md)
+    .venv/bin/python benchmarks/storm.py --compile_check 5      # eager vs torch.compile CPU time per training step
     .venv/bin/python benchmarks/storm.py --quick                # smoke run
 
 Every network is trained the same way (same data, steps, batch, optimiser, 2-step rollout loss, seed) and evaluated on
@@ -16,10 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
+import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -70,7 +70,7 @@ def train(m, dm, steps: int, lr: float = 2e-3, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=True, generator=gen,
                                          drop_last=True)
-    step, t0, it = 0, time.time(), iter(loader)
+    step, t0, c0, it = 0, time.time(), time.process_time(), iter(loader)
     m.train()
     while step < steps:
         try:
@@ -85,7 +85,8 @@ def train(m, dm, steps: int, lr: float = 2e-3, seed: int = 0) -> dict:
         opt.step()
         sched.step()
         step += 1
-    return {"seconds": time.time() - t0, "samples_per_s": steps * dm.batch_size / (time.time() - t0),
+    cpu = time.process_time() - c0
+    return {"seconds": time.time() - t0, "cpu_seconds": cpu, "cpu_samples_per_s": steps * dm.batch_size / cpu,
             "final_loss": float(loss.detach())}
 
 
@@ -186,29 +187,39 @@ def loader_rate(dm, batches: int = 30) -> float:
     return n / (time.time() - t0)
 
 
-def figures(models, dm, results, out: Path = OUT):
+def forecast_figure(m, dm, out: Path = OUT):
+    """z500 truth / forecast / error at the evaluation leads, first test initialisation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lit_iclr.storm.module import forecast_figure
+    from lit_iclr.storm.module import forecast_figure as draw
 
     out.mkdir(parents=True, exist_ok=True)
-    m = models["STORM"]
     b = next(iter(torch.utils.data.DataLoader(dm.test_set, batch_size=1)))
     leads = dm.test_set.lead_steps.tolist()
     with torch.no_grad():
         preds = m.rollout(b["x"], b["static"], b["init_time"], max(leads))
     pred = torch.stack([preds[k - 1][0][0] for k in leads])
-    fig = forecast_figure(pred, b["y"][0], leads, 0, m.channel_names, m.norm_mean, m.norm_std, dm.step_hours)
+    fig = draw(pred, b["y"][0], leads, 0, m.channel_names, m.norm_mean, m.norm_std, dm.step_hours)
     fig.savefig(out / "storm_forecast.png", dpi=90)
     plt.close(fig)
+
+
+def skill_figure(per_seed: list[dict], out: Path = OUT):
+    """RMSE and ACC against lead, mean over seeds, for every forecaster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for name, r in results.items():
-        hs = sorted(r["global"])
-        axes[0].plot(hs, [r["global"][h][0] for h in hs], "o-", label=name)
-        axes[1].plot(hs, [r["global"][h][1] for h in hs], "o-", label=name)
+    for name in per_seed[0]["results"]:
+        hs = sorted(per_seed[0]["results"][name]["global"], key=float)
+        for i, ax in enumerate(axes):
+            ax.plot([float(h) for h in hs], [statistics.mean(ps["results"][name]["global"][h][i] for ps in per_seed)
+                                             for h in hs], "o-", label=name)
     axes[0].set(xlabel="lead (h)", ylabel="lat-weighted RMSE (normalised)", yscale="log")
     axes[1].set(xlabel="lead (h)", ylabel="ACC")
     axes[1].legend(fontsize=7)
@@ -217,50 +228,69 @@ def figures(models, dm, results, out: Path = OUT):
     plt.close(fig)
 
 
-def model_specs(dm, names: list[str]) -> dict[str, dict]:
+def model_specs(dm, names: list[str], hidden: list[int]) -> dict[str, dict]:
     """STORM, its ablation, and the single-scale network at the width matching STORM's parameters or its training
     FLOPs (searched over widths; the FLOPs are counted by torch on the same training step)."""
-    storm = make_model(dm)
+    storm = make_model(dm, hidden=hidden)
     target_p, target_f = n_params(storm), step_flops(storm, dm)
     widths = range(8, 96, 2)
     w_par = min(widths, key=lambda wd: abs(n_params(make_model(dm, num_scales=1, hidden=[wd])) - target_p))
     flops = {wd: step_flops(make_model(dm, num_scales=1, hidden=[wd]), dm) for wd in range(8, w_par + 1, 4)}
     w_flop = min(flops, key=lambda wd: abs(flops[wd] - target_f))
-    specs = {"STORM": {}, "STORM w/o cross-scale": dict(cross_scale=False),
+    specs = {"STORM": dict(hidden=hidden), "STORM w/o cross-scale": dict(cross_scale=False, hidden=hidden),
              f"single-scale, same params (width {w_par})": dict(num_scales=1, hidden=[w_par]),
              f"single-scale, same FLOPs (width {w_flop})": dict(num_scales=1, hidden=[w_flop])}
     # "STORM" names STORM only; longer names are prefixes ("STORM w/o", "single-scale")
     return {k: v for k, v in specs.items() if any(k == n or (n != "STORM" and k.startswith(n)) for n in names)}
 
 
-def run_seed(seed: int, args) -> dict:
-    """Train and evaluate every model for one seed (one process, one thread)."""
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def run_one(seed: int, name: str, kw: dict, dm, args, region_idx) -> dict:
+    """Train and evaluate one network for one seed (one thread); the result is written to its own file, so a run
+    that is cut short resumes from the next missing (seed, network)."""
+    m = make_model(dm, seed, **kw)
+    info = {"params": n_params(m), "gflop_per_sample": step_flops(m, dm) / 1e9, **train(m, dm, args.steps, seed=seed)}
+    print(f"seed {seed} trained {name}: {info}", flush=True)
+    results, heads = evaluate({name: m}, dm, region_idx)
+    out = {"results": results, "heads": heads, "train": {name: info}}
+    if seed == 0 and name == "STORM" and not args.quick:
+        peak = matmul_peak()
+        flops, step_s = train_flops(m, dm)
+        out["speed"] = {"samples_per_s": dm.batch_size / step_s, "flops": flops, "step_s": step_s, "peak": peak,
+                        "loader": loader_rate(dm), "batch": dm.batch_size}
+        forecast_figure(m, dm, Path(args.out))
+    return out
+
+
+def run_all(dm, args) -> list[dict]:
+    """Every (seed, network) not yet in args.out; returns per seed the merged results of the seeds that are complete."""
     import numpy as np
 
     from lit_iclr.storm.wb2 import region_index
 
-    torch.set_num_threads(1)
-    dm = make_data(args)
-    ilat, ilon = region_index(np.array(dm.latitudes), np.array(dm.longitudes), REGION)
-    models, info = {}, {}
-    for name, kw in args.specs.items():
-        m = make_model(dm, seed, **kw)
-        info[name] = {"params": n_params(m), "gflop_per_sample": step_flops(m, dm) / 1e9,
-                      **train(m, dm, args.steps, seed=seed)}
-        models[name] = m
-        print(f"seed {seed} trained {name}: {info[name]}", flush=True)
-    results, heads = evaluate(models, dm, (ilat, ilon))
-    out = {"results": results, "heads": heads, "train": info}
-    if seed == 0 and not args.quick:
-        peak = matmul_peak()
-        flops, step_s = train_flops(models["STORM"], dm)
-        load = loader_rate(dm)
-        out["speed"] = {"samples_per_s": dm.batch_size / step_s, "flops": flops, "step_s": step_s, "peak": peak,
-                        "loader": load, "batch": dm.batch_size}
-        figures(models, dm, results, Path(args.out))
-    Path(args.out).mkdir(parents=True, exist_ok=True)  # each seed as it finishes
-    (Path(args.out) / f"seed{seed}.json").write_text(json.dumps(out, indent=1, default=str))
-    return out
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    region_idx = region_index(np.array(dm.latitudes), np.array(dm.longitudes), REGION)
+    per_seed = []
+    for seed in range(args.seeds):
+        merged: dict = {"results": {}, "heads": {}, "train": {}}
+        for name, kw in args.specs.items():
+            path = out / f"seed{seed}-{slug(name)}.json"
+            if path.exists():
+                one = json.loads(path.read_text())
+            else:
+                torch.manual_seed(seed)
+                one = json.loads(json.dumps(run_one(seed, name, kw, dm, args, region_idx), default=str))
+                path.write_text(json.dumps(one, indent=1, default=str))
+            for key in ("results", "heads", "train"):
+                merged[key].update(one[key])
+            if "speed" in one:
+                merged["speed"] = one["speed"]
+        per_seed.append(merged)
+    return per_seed
 
 
 def report(per_seed: list[dict], args) -> str:
@@ -303,14 +333,18 @@ def report(per_seed: list[dict], args) -> str:
             b = [hd[k][h][1] for hd in heads]
             c = [hd[k][h][2] for hd in heads]
             out.append(f"| {k} | {h} h | {ms(a)} | {ms(b)} | {paired_ci(a, b)} | {ms(c)} |")
-    out += ["", "| training time (s, same process per seed; load varies) | "
-            + " | ".join(info) + " |", "|---|" + "---|" * len(info),
-            "| mean over seeds | " + " | ".join(f"{statistics.mean(ps['train'][n]['seconds'] for ps in per_seed):.0f}"
-                                                for n in info) + " |"]
+    out += ["", "| training CPU time (s, one thread; mean over seeds) | " + " | ".join(info) + " |",
+            "|---|" + "---|" * len(info),
+            "| CPU s | " + " | ".join(f"{statistics.mean(ps['train'][n]['cpu_seconds'] for ps in per_seed):.0f}"
+                                      for n in info) + " |",
+            "| ratio to STORM | " + " | ".join(
+                f"{statistics.mean(ps['train'][n]['cpu_seconds'] / ps['train']['STORM']['cpu_seconds'] for ps in per_seed):.2f}"
+                for n in info) + " |"]
     sp = per_seed[0].get("speed")
     if sp:
         sps = sp["samples_per_s"]
-        out.append(f"\n| speed (1 thread, seed 0) | value |\n|---|---|\n| STORM training samples/s | {sps:.1f} |\n"
+        out.append(f"\n| speed (1 thread, seed 0; wall clock, shared machine) | value |\n|---|---|\n"
+                   f"| STORM training samples/s | {sps:.1f} |\n"
                    f"| train-step FLOPs per sample (fwd+bwd, 2-step rollout) | {sp['flops'] / sp['batch'] / 1e9:.2f} GFLOP |\n"
                    f"| achieved FLOP/s | {sp['flops'] / sp['step_s'] / 1e9:.2f} GFLOP/s |\n"
                    f"| fp32 matmul peak (1024^2, same run) | {sp['peak'] / 1e9:.2f} GFLOP/s |\n"
@@ -319,39 +353,122 @@ def report(per_seed: list[dict], args) -> str:
     return "\n".join(out)
 
 
+def scale_report(dirs: list[str], baseline: str) -> str:
+    """STORM against one baseline across finished runs of different size (e.g. --steps 100 vs 200), on the seeds that
+    every run has: mean RMSE and the paired STORM - baseline difference per lead."""
+    from lit_iclr.core.stats import paired_ci
+
+    runs = []
+    for d in dirs:
+        args = json.loads((Path(d) / "args.json").read_text())
+        names = {n: slug(n) for n in args["specs"]}
+        base = next(n for n in names if n.startswith(baseline))
+        done = {s for s in range(args["seeds"]) if all((Path(d) / f"seed{s}-{names[n]}.json").exists() for n in ("STORM", base))}
+        runs.append((d, args, names, base, done))
+    seeds = sorted(set.intersection(*(r[-1] for r in runs)))
+    rows = []
+    for d, args, names, base, _ in runs:
+        st, bl = ([json.loads((Path(d) / f"seed{s}-{names[n]}.json").read_text()) for s in seeds] for n in ("STORM", base))
+        for h in st[0]["results"]["STORM"]["global"]:
+            a = [r["results"]["STORM"]["global"][h][0] for r in st]
+            b = [r["results"][base]["global"][h][0] for r in bl]
+            p = [r["results"]["persistence"]["global"][h][0] for r in st]
+            rows.append(f"| {args['steps']} x {args['batch']} | {h} h | {statistics.mean(a):.4f} | {statistics.mean(b):.4f} | "
+                        f"{statistics.mean(p):.4f} | {paired_ci(a, b)} |")
+    return "\n".join([f"seeds {seeds}; baseline: {baseline}", "",
+                      "| training steps x batch | lead | STORM RMSE | baseline RMSE | persistence RMSE | STORM - baseline |",
+                      "|---|---|---|---|---|---|", *rows])
+
+
+def cpu_time() -> float:
+    """CPU seconds of this process and its finished children (the C++ compiler runs that torch.compile starts)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def compile_check(dm, steps: int, options: dict) -> dict:
+    """CPU time per training step (batch of the data module, 2-step rollout, forward + backward + AdamW) of STORM
+    eager and with `compile_step: true` (torch.compile of the model step), one thread, in the same process. The first
+    two steps are timed apart: for the compiled model they hold the compile (tracing and code generation for the
+    first step's full window and the later steps' single frame)."""
+    b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=False)))
+    out = {}
+    for mode in ("eager", "compiled"):
+        m = make_model(dm, 0, compile_step=mode == "compiled", compile_options=options)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+        def one(m=m, opt=opt):
+            loss = m.training_step(b, 0)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return float(loss.detach())
+
+        c0 = cpu_time()
+        first = one()
+        one()
+        warm = cpu_time() - c0
+        c0 = cpu_time()
+        for _ in range(steps):
+            one()
+        out[mode] = {"first_loss": first, "first_two_steps_cpu_s": warm, "step_cpu_s": (cpu_time() - c0) / steps}
+        print(mode, out[mode], flush=True)
+    e, c = out["eager"], out["compiled"]
+    out["speedup"] = e["step_cpu_s"] / c["step_cpu_s"]
+    out["compile_cpu_s"] = c["first_two_steps_cpu_s"] - 2 * c["step_cpu_s"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 steps, 1 seed, few initialisations")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=16, help="training batch size")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=1, help="seeds run in this many processes (1 thread each)")
     ap.add_argument("--eval_stride", type=int, default=16, help="one test initialisation every this many 6-h steps")
     ap.add_argument("--models", nargs="*", default=["STORM", "single-scale"],
-                    help="name prefixes: STORM, 'STORM w/o', single-scale")
+                    help="name prefixes: STORM, 'STORM w/o', single-scale, 'single-scale, same FLOPs', ...")
+    ap.add_argument("--hidden", type=int, nargs="*", default=[16, 24, 32], help="STORM widths per scale")
     ap.add_argument("--days", type=int, default=1461, help="days of the generated planet (1461: the default store)")
     ap.add_argument("--spinup_days", type=int, default=60, help="spin-up days of the generated planet")
     for split in ("train", "val", "test"):
         ap.add_argument(f"--{split}_period", nargs="*", default=None,
                         help="years or 'YYYY-MM-DD:YYYY-MM-DD' ranges (default: 2000-2001 / 2002 / 2003)")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", default=str(OUT), help="results folder; finished (seed, network) runs in it are skipped")
+    ap.add_argument("--compile_check", type=int, default=0, metavar="STEPS",
+                    help="only time STORM's training step eager vs compiled over this many steps (and the compile)")
+    ap.add_argument("--compile_backend", default="inductor")
+    ap.add_argument("--scale_report", nargs="*", default=None, metavar="DIR",
+                    help="only print STORM vs --scale_baseline across these finished result folders")
+    ap.add_argument("--scale_baseline", default="single-scale, same FLOPs")
     args = ap.parse_args()
+    if args.scale_report:
+        print(scale_report(args.scale_report, args.scale_baseline))
+        return
     if args.quick:
         args.steps, args.seeds = min(args.steps, 20), 1
     torch.set_num_threads(1)
     t_all = time.time()
-    # generate / cache the statistics and search the matched widths once, before the workers start
-    args.specs = model_specs(make_data(args), args.models)
-    print(f"models: {args.specs} ({time.time() - t_all:.0f} s)", flush=True)
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
-            per_seed = list(ex.map(run_seed, range(args.seeds), [args] * args.seeds))
-    else:
-        per_seed = [run_seed(seed, args) for seed in range(args.seeds)]
-    table = report(per_seed, args)
-    print("\n" + table + f"\n\ntotal {time.time() - t_all:.0f} s")
+    dm = make_data(args)
+    if args.compile_check:
+        res = compile_check(dm, args.compile_check, {"backend": args.compile_backend})
+        print(json.dumps(res, indent=1))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"compile-{args.compile_backend}.json").write_text(json.dumps(res, indent=1))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    spec_file = out / "args.json"  # the matched widths are searched once per results folder
+    if spec_file.exists():
+        args.specs = json.loads(spec_file.read_text())["specs"]
+    else:
+        args.specs = model_specs(dm, args.models, args.hidden)
+        spec_file.write_text(json.dumps(vars(args), indent=1, default=str))
+    print(f"models: {args.specs} ({time.time() - t_all:.0f} s)", flush=True)
+    per_seed = run_all(dm, args)
+    skill_figure(per_seed, out)
+    table = report(per_seed, args)
+    print("\n" + table + f"\n\ntotal {time.time() - t_all:.0f} s")
     (out / "results.json").write_text(json.dumps({"args": vars(args), "per_seed": per_seed}, indent=1, default=str))
 
 

@@ -24,7 +24,7 @@ class STORM(BaseModule):
                  num_scales: int = 3, hidden: list[int] | None = None, num_blocks: int = 2, cross_scale: bool = True,
                  decomposition: str = "laplacian", encoder: str = "convgru", consistency_weight: float = 0.1,
                  scale_weights: list[float] | None = None, detach_rollout: bool = False, carry_state: bool = True,
-                 coarsen: int = 0,
+                 coarsen: int = 0, compile_step: bool = False, compile_options: dict | None = None,
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=1e-4),
                  warmup_steps: int = 100, plot_channel: int = 0):
         """
@@ -49,6 +49,10 @@ class STORM(BaseModule):
             carry_state: Carry the encoders' state through the rollout (each step encodes only the newest frame);
                 False re-encodes the whole history window at every step.
             coarsen: Train and evaluate on the grid coarsened 2^coarsen times (separately trained resolutions).
+            compile_step: `torch.compile` the model step (forcings, encoders, exchange, heads, synthesis), the hot function
+                of the rollout, forward and backward; compiled on first use (one graph for the first step's window,
+                one for the carried single-frame steps). The numbers equal the eager ones.
+            compile_options: Keyword arguments of `torch.compile` (e.g. `{backend: aot_eager}`, `{mode: max-autotune}`).
             optimizer: Optimizer factory.
             warmup_steps: Linear warm-up steps before the cosine decay of the learning rate.
             plot_channel: Channel shown in the forecast-vs-truth figure logged at validation.
@@ -87,6 +91,7 @@ class STORM(BaseModule):
             if periodic and any(is_wind) and len(is_wind) == num_channels else None  # None: no vector field, no flip
         self.net = STORMNet(num_channels, num_static, FORCINGS, history, num_scales, hidden, num_blocks, cross_scale,
                             decomposition, encoder, periodic, area, pole_sign)
+        self._compiled_step = None  # torch.compile(self._step), made on first use when `compile_step` is set
 
     # ---------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
@@ -127,6 +132,14 @@ class STORM(BaseModule):
              ) -> tuple[list[torch.Tensor], list]:
         """One model step: window (B, T, C, H, W) ending at `init_hours` (with `state`: the new frames only) ->
         (forecasts at every resolution, finest first, y_hat^(s) = Down^s(x_t) + inc^(s) * tendency scale; encoder state)."""
+        if not self.hparams.get("compile_step", False):
+            return self._step(window, static, init_hours, state)
+        if self._compiled_step is None:
+            self._compiled_step = torch.compile(self._step, **(self.hparams.get("compile_options") or {}))
+        return self._compiled_step(window, static, init_hours, state)
+
+    def _step(self, window: torch.Tensor, static: torch.Tensor, init_hours: torch.Tensor, state: list | None = None
+              ) -> tuple[list[torch.Tensor], list]:
         T = window.shape[1]
         hours = init_hours[:, None] + self.hparams.step_hours * torch.arange(-T + 1, 2, device=window.device)
         inc, state = self.net.advance(window, static, self.forcings(hours), state)
