@@ -27,7 +27,7 @@ def frames_figure(videos: dict[str, torch.Tensor], index: int = 0, title: str | 
             ax.axis("off")
             if t < len(frames):
                 ax.imshow(frames[t])
-        axes[r, 0].text(-2, 16, name, ha="right", va="center", fontsize=7)
+        axes[r, 0].text(-2, frames.shape[1] / 2, name, ha="right", va="center", fontsize=7)  # centred on the frame height
     if title:
         fig.suptitle(title, fontsize=8)
     fig.subplots_adjust(left=0.22, wspace=0.05, hspace=0.05)
