@@ -4,8 +4,11 @@ process's CPU time (single-threaded), so the waits of a shared machine's schedul
 
 Trainer variants: `self.log` of the loss every step (Lightning's usual way: per-call bookkeeping and, for a progress-bar
 metric, a `.item()` per step), the platform's `log_train` (summed on the device, logged every `log_every_n_steps`),
-with the CSV logger, and with a progress bar (the platform's line bar for logs; tqdm, Lightning's terminal bar, to
-/dev/null).
+with the CSV logger, with a progress bar (the platform's line bar for logs; tqdm, Lightning's terminal bar, to
+/dev/null), and the same step by manual optimisation (`manual_backward` + `opt.step()`, which the platform's Trainer sends
+straight to PyTorch when Lightning's wrappers would do nothing: `lit_iclr/core/direct.py`). Two ratios: the whole run
+(`trainer.fit` includes its setup and teardown, a fixed cost per fit) and per step (end of the first step to the end of
+the last, the cost every step pays).
 
     .venv/bin/python benchmarks/platform_overhead.py [--steps 300] [--repeats 3] [--widths 512,1024]
 
@@ -22,7 +25,7 @@ import tempfile
 import time
 
 import torch
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -38,14 +41,20 @@ def make_net(width: int) -> nn.Module:
 
 
 class Regressor(BaseModule):
-    def __init__(self, width: int, per_step_log: bool = False):
+    def __init__(self, width: int, per_step_log: bool = False, manual: bool = False):
         super().__init__()
         self.net = make_net(width)
         self.per_step_log = per_step_log
+        self.automatic_optimization = not manual
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+        if not self.automatic_optimization:  # the same step as the plain loop, through Lightning's manual optimisation
+            opt = self.optimizers()
+            opt.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
+            opt.step()
         if self.per_step_log:
             self.log("train/loss", loss, prog_bar=True)
         else:
@@ -62,40 +71,57 @@ def data(steps: int, batch: int) -> DataLoader:
     return DataLoader(TensorDataset(x, x[:, :8].sum(1)), batch_size=batch, shuffle=False)
 
 
-def plain(steps: int, batch: int, width: int) -> float:
+def plain(steps: int, batch: int, width: int) -> tuple[float, float]:
+    """(CPU time of the whole loop, of the steps after the first)."""
     net, loader = make_net(width), data(steps, batch)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     t = time.process_time()
+    first = None
     for x, y in loader:
         loss = nn.functional.mse_loss(net(x).squeeze(-1), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return time.process_time() - t
+        first = first or time.process_time()
+    end = time.process_time()
+    return end - t, end - first
 
 
-VARIANTS = {  # name: (self.log every step, CSV logger, progress bar)
-    "trainer, self.log every step": (True, True, None),
-    "trainer, log_train": (False, False, None),
-    "trainer, log_train + csv": (False, True, None),
-    "trainer, log_train + csv + line bar": (False, True, "line"),
-    "trainer, log_train + csv + tqdm": (False, True, "tqdm"),
+VARIANTS = {  # name: (self.log every step, CSV logger, progress bar, manual optimisation)
+    "trainer, self.log every step": (True, True, None, False),
+    "trainer, log_train": (False, False, None, False),
+    "trainer, log_train + csv": (False, True, None, False),
+    "trainer, log_train + csv + line bar": (False, True, "line", False),
+    "trainer, log_train + csv + tqdm": (False, True, "tqdm", False),
+    "trainer, manual optimisation, log_train + csv": (False, True, None, True),
 }
 
 
-def lightning(steps: int, batch: int, width: int, variant: str = "trainer, log_train") -> float:
-    per_step, logging, bar = VARIANTS[variant]
-    callbacks = {None: [], "line": [LineProgressBar()], "tqdm": [TQDMProgressBar()]}[bar]
+class StepClock(Callback):
+    """CPU time at the end of each training step: the per-step cost without the fit's setup and teardown."""
+
+    def __init__(self):
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, *args) -> None:
+        self.ends.append(time.process_time())
+
+
+def lightning(steps: int, batch: int, width: int, variant: str = "trainer, log_train") -> tuple[float, float]:
+    """(CPU time of the whole `trainer.fit`, of the steps after the first)."""
+    per_step, logging, bar, manual = VARIANTS[variant]
+    clock = StepClock()
+    callbacks = {None: [], "line": [LineProgressBar()], "tqdm": [TQDMProgressBar()]}[bar] + [clock]
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as null, \
             contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
         trainer = Trainer(max_steps=steps, accelerator="cpu", devices=1, enable_progress_bar=bar is not None,
                           callbacks=callbacks, enable_model_summary=False, enable_checkpointing=False,
                           num_sanity_val_steps=0, logger=RunCSVLogger(tmp) if logging else False, log_every_n_steps=50,
                           default_root_dir=tmp)
-        model, loader = Regressor(width, per_step), data(steps, batch)
+        model, loader = Regressor(width, per_step, manual), data(steps, batch)
         t = time.process_time()
         trainer.fit(model, loader)
-        return time.process_time() - t
+        return time.process_time() - t, clock.ends[-1] - clock.ends[0]
 
 
 def main() -> None:
@@ -110,19 +136,23 @@ def main() -> None:
         lightning(20, args.batch, 64, variant)  # warm-up: imports, first-call costs
     rows = []
     for width in (int(w) for w in args.widths.split(",")):
-        times: dict[str, list[float]] = {"plain": [], **{v: [] for v in VARIANTS}}
+        times: dict[str, list[tuple[float, float]]] = {"plain": [], **{v: [] for v in VARIANTS}}
         for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
             times["plain"].append(plain(args.steps, args.batch, width))
             for variant in VARIANTS:
                 times[variant].append(lightning(args.steps, args.batch, width, variant))
-        base = statistics.median(times["plain"])
+        base = statistics.median(t[0] for t in times["plain"])
+        base_step = statistics.median(t[1] for t in times["plain"])
         for name, ts in times.items():
-            med = statistics.median(ts)
-            rows.append(f"| {width} | {name} | {med:.3f} | {1000 * med / args.steps:.2f} | {med / base:.3f} |")
+            med = statistics.median(t[0] for t in ts)
+            step = statistics.median(t[1] for t in ts)
+            rows.append(f"| {width} | {name} | {med:.3f} | {med / base:.3f} | {1000 * step / (args.steps - 1):.2f} | "
+                        f"{step / base_step:.3f} |")
     print(f"\n{args.steps} steps, batch {args.batch}, 3-layer MLP, AdamW, 1 thread, median of {args.repeats} interleaved "
-          "repeats (CPU time); log_every_n_steps 50\n")
-    print("| MLP width | loop | median CPU time (s) | ms / step | ratio vs plain PyTorch |")
-    print("|---|---|---|---|---|")
+          "repeats (CPU time); log_every_n_steps 50. Whole run: the loop, or `trainer.fit` with its setup and teardown; "
+          "per step: from the end of the first step to the end of the last\n")
+    print("| MLP width | loop | whole run: median CPU s | ratio | per step: median CPU ms | ratio vs plain PyTorch |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

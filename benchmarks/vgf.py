@@ -81,28 +81,34 @@ def train(model, dm, steps: int) -> float:
     return steps / (time.perf_counter() - t)
 
 
-def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int, save=None) -> dict:
-    """Train and evaluate VGF and every baseline per seed; `save(out)` after each model, so a stopped run keeps them."""
+def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int, save=None, done: dict | None = None) -> dict:
+    """Train and evaluate VGF and every baseline per seed; `save(out)` after each model, so a stopped run keeps them.
+
+    `done`: the saved results of a stopped run of the same seeds; the models it finished are kept, not rerun (every
+    model is trained and evaluated from its own seed, so the others do not depend on them)."""
     dm, margs = load(task, eval_episodes)
     margs.pop("eval_extra", None)
     envs: list = []  # one environment pool for every model of the task (OGBench environments take seconds to build)
     names = POLICIES + list(BASELINES)
-    out = {"score": {p: [] for p in names}, "q": {p: [] for p in names}, "sps": {m: [] for m in ["vgf", *BASELINES]},
-           "params": {}}
-    for seed in seeds:
-        L.seed_everything(seed, verbose=False)
-        vgf = VGF(obs_dim=dm.obs_dim, action_dim=dm.action_dim, **dict(margs, seed=seed))
-        out["params"]["vgf"] = sum(p.numel() for p in vgf.parameters() if p.requires_grad)
-        out["sps"]["vgf"].append(train(vgf, dm, steps))
-        vgf.eval_policies, vgf._envs = POLICIES, envs
-        res = vgf.rollout(range(eval_episodes), datamodule=dm)
-        score = dm.score(res.returns, res.successes)
-        for g, p in enumerate(POLICIES):
-            out["score"][p].append(float(score[res.groups == g].mean()))
-            out["q"][p].append(res.q_means[g])
-        if save:
-            save(out)
+    out = done or {"score": {p: [] for p in names}, "q": {p: [] for p in names},
+                   "sps": {m: [] for m in ["vgf", *BASELINES]}, "params": {}}
+    for i, seed in enumerate(seeds):
+        if len(out["score"]["bc"]) <= i:
+            L.seed_everything(seed, verbose=False)
+            vgf = VGF(obs_dim=dm.obs_dim, action_dim=dm.action_dim, **dict(margs, seed=seed))
+            out["params"]["vgf"] = sum(p.numel() for p in vgf.parameters() if p.requires_grad)
+            out["sps"]["vgf"].append(train(vgf, dm, steps))
+            vgf.eval_policies, vgf._envs = POLICIES, envs
+            res = vgf.rollout(range(eval_episodes), datamodule=dm)
+            score = dm.score(res.returns, res.successes)
+            for g, p in enumerate(POLICIES):
+                out["score"][p].append(float(score[res.groups == g].mean()))
+                out["q"][p].append(res.q_means[g])
+            if save:
+                save(out)
         for name in BASELINES:
+            if len(out["score"][name]) > i:
+                continue  # finished in an earlier run
             L.seed_everything(seed, verbose=False)
             model = baseline(name, dm, margs, seed)
             out["params"][name] = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -113,7 +119,7 @@ def run_task(task: str, seeds: list[int], steps: int, eval_episodes: int, save=N
             out["q"][name].append(res.q_means[0])
             if save:
                 save(out)
-        print(f"[{task} seed {seed}] " + " ".join(f"{p}={out['score'][p][-1]:.1f}" for p in out["score"]), flush=True)
+        print(f"[{task} seed {seed}] " + " ".join(f"{p}={out['score'][p][i]:.1f}" for p in out["score"]), flush=True)
     for env in envs:
         env.close()
     out["metric"] = "success %" if task == "cube" else "normalised return"
@@ -278,6 +284,7 @@ def main() -> None:
     p.add_argument("--figures", default=str(ROOT / "seeds" / "figures"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "vgf"))
     p.add_argument("--skip-speed", action="store_true", help="no speed measurement (tables and figures only)")
+    p.add_argument("--resume", action="store_true", help="keep the models a stopped run of the same seeds saved")
     p.add_argument("--report", default="", help="only report: comma-separated tasks whose saved results to merge")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -295,7 +302,8 @@ def main() -> None:
             episodes = args.cube_episodes if task == "cube" else args.episodes
             seeds = [int(x) for x in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
             name = f"{task}_s{'-'.join(map(str, seeds))}.json" if args.seed_list else f"{task}.json"
-            results[task] = run_task(task, seeds, args.steps, 2 if args.quick else episodes,
+            done = json.loads((out_dir / name).read_text()) if args.resume and (out_dir / name).exists() else None
+            results[task] = run_task(task, seeds, args.steps, 2 if args.quick else episodes, done=done,
                                      save=lambda out, f=out_dir / name: f.write_text(json.dumps(out)))
             (out_dir / name).write_text(json.dumps(results[task]))
         sp = None

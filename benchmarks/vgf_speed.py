@@ -88,6 +88,9 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool) -> 
     import torch
 
     torch.set_num_threads(1)
+    # every timed block of the fit side is a new `cli.py fit` with a new model, so dynamo compiles `update_losses` once
+    # per block (its guards hold the module); past its default cache limit (8) it would silently run the rest eagerly
+    torch._dynamo.config.cache_size_limit = 64
     hidden, batch, particles, flow_steps, transport_steps = SETTINGS[setting]
     model_args = dict(actor_hidden=list(hidden), critic_hidden=list(hidden), num_particles=particles,
                       bc_flow_steps=flow_steps, train_flow_steps=transport_steps, value_q_agg="mean",

@@ -28,6 +28,14 @@ class BaseModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_state_compatible(self, checkpoint, source=checkpoint.get("_path", "checkpoint"))
 
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Lightning's `manual_backward`; straight to `loss.backward` when the platform's `DirectManualOptimization`
+        found Lightning's wrappers to be no-ops for this fit (one device, fp32, no backward hooks in use)."""
+        if self.__dict__.get("_direct_manual", False):
+            loss.backward(*args, **kwargs)
+        else:
+            super().manual_backward(loss, *args, **kwargs)
+
     def log_train(self, metrics: Mapping[str, torch.Tensor | float], prog_bar: Iterable[str] = ()) -> None:
         """Per-step training metrics, summed on the device and logged as their mean every `log_every_n_steps`.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from .direct import DirectManualOptimization
 from .loader import LoaderPosition, RandomState
 from .loggers import MetricsAtCheckpoint
 from .signals import CheckpointOnSignal
@@ -11,11 +12,13 @@ from .signals import CheckpointOnSignal
 
 class Trainer(L.Trainer):
     """Lightning's Trainer; always tracks the training loader's position, the random state and the metric rows so
-    mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1."""
+    mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1. Manual optimisation skips Lightning's
+    per-call wrappers where they would do nothing (`DirectManualOptimization`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.callbacks.extend([LoaderPosition(), RandomState(), MetricsAtCheckpoint(), CheckpointOnSignal()])
+        self.callbacks.extend([LoaderPosition(), RandomState(), MetricsAtCheckpoint(), CheckpointOnSignal(),
+                                DirectManualOptimization()])
 
     def prepare(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
         """Generate (or check) the config's dataset and read it back once through the real reader; no training.
