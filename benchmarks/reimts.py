@@ -35,6 +35,7 @@ MODELS = {
     "GraFITi, 3 layers": dict(backbone="grafiti", variant="backbone", n_layers=3),  # capacity-matched (fewer params)
     "GraFITi, last 12 h only": dict(backbone="grafiti", variant="backbone", context_hours=12.0),  # context diagnostic
     "ReIMTS(GraFITi)": G3,
+    "ReIMTS(GraFITi, 3 layers)": G3 | dict(n_layers=3),  # same depth as the 3-layer backbone
     "ReIMTS(GraFITi), loss on all sub-samples": G3 | dict(finest_loss="all"),
     "ReIMTS(GraFITi), start-aligned": G3 | dict(align="start"),
     "ReIMTS(GraFITi) w/o fusion": G3 | dict(variant="reimts_nofusion"),
@@ -45,6 +46,7 @@ MODELS = {
 }
 # headline comparisons (paired over seeds): (a, b) -> difference a - b of test MSE
 PAIRS = [("ReIMTS(GraFITi)", "GraFITi"), ("ReIMTS(GraFITi)", "GraFITi, 3 layers"),
+         ("ReIMTS(GraFITi, 3 layers)", "GraFITi, 3 layers"),
          ("ReIMTS(GraFITi)", "Resampling(GraFITi)"), ("ReIMTS(GraFITi), loss on all sub-samples", "ReIMTS(GraFITi)"),
          ("ReIMTS(GraFITi), start-aligned", "ReIMTS(GraFITi)"), ("ReIMTS(GraFITi) w/o fusion", "ReIMTS(GraFITi)"),
          ("GraFITi, last 12 h only", "GraFITi"), ("GraFITi, 3 layers", "GraFITi"),
