@@ -6,10 +6,14 @@ reference, the stochastic joint CBM without IB term (beta = 0, the I_hat compara
 flipped (beta_lr = +0.01, a diagnostic). Reported per variant (mean +- std over seeds): task and concept accuracy, OIS and
 NIS (x100), class leakage (probe on soft minus hard concepts, points), I_hat(X;C) on the test set, intervention AUC and
 whether the random-order and uncertainty-order curves are monotone, and training throughput relative to the deterministic
-family. Paired 95% CIs (t over seeds) of IB - none for accuracy, OIS and leakage.
+family. Paired 95% CIs (t over seeds) of IB - none for accuracy, OIS, NIS and leakage. Runs made with this version also
+record I_hat(X;C) at M = 32, 400, 1000 test points and sigma against the spread of mu (the estimator's log M ceiling).
 
     python benchmarks/cibm.py --seeds 0 --out runs/cibm_bench        # one process per seed (they may run in parallel)
     python benchmarks/cibm.py --report --out runs/cibm_bench         # table + figures from every seed's results
+    python benchmarks/cibm.py --seeds 0 1 2 --epochs 16 --only joint:none joint:IB_B --out runs/cibm_scale16  # scale row
+    python benchmarks/cibm.py --report --no-figures --out runs/cibm_scale16
+    python benchmarks/cibm.py --diagnostics                          # NIS ordering; I_hat vs closed-form MI and M
 """
 from __future__ import annotations
 
@@ -95,7 +99,7 @@ def fmt(vals, scale=1.0, digits=1) -> str:
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}" if len(v) > 1 else f"{v.mean():.{digits}f}"
 
 
-def report(out: Path, fig_dir: Path) -> None:
+def report(out: Path, fig_dir: Path | None) -> None:
     rows = [json.loads(line) for p in sorted(out.glob("seed*.jsonl")) for line in p.read_text().splitlines()]
     by: dict[tuple[str, str], list[dict]] = {}
     seen = set()
@@ -123,8 +127,8 @@ def report(out: Path, fig_dir: Path) -> None:
               f"| {fmt([r.get('tti_random_full') for r in rs], 100)} | {fmt([r.get('beta') for r in rs], 1, 2)} "
               f"| {fmt(speed, 1, 2)} |")
     print("\nPaired differences IB - none (same seed), mean [95% CI] (paired t over seeds):\n")
-    print("| family | IB | task acc (pts) | OIS (x100) | class leakage (pts) |")
-    print("|---|---|---|---|---|")
+    print("| family | IB | task acc (pts) | OIS (x100) | NIS (x100) | class leakage (pts) |")
+    print("|---|---|---|---|---|---|")
     for f in FAMILIES:
         base = {r["seed"]: r for r in by.get((f, "none"), [])}
         for v in ("IB_B", "IB_E", "IB_B_flipped", "stoch_noIB"):
@@ -132,10 +136,28 @@ def report(out: Path, fig_dir: Path) -> None:
             if not rs:
                 continue
             cells = []
-            for key in ("acc", "ois", "leakage"):
+            for key in ("acc", "ois", "nis", "leakage"):
                 cells.append(str(paired_ci([100 * r[key] for r in rs], [100 * base[r["seed"]][key] for r in rs])))
             print(f"| {f} | {v} | " + " | ".join(cells) + " |")
-    figures(by, fig_dir)
+    mi_table(by, order)
+    if fig_dir is not None:
+        figures(by, fig_dir)
+
+
+def mi_table(by, order) -> None:
+    """I_hat(X;C) on the test set at several subsample sizes M (ceiling log M) and sigma against the spread of mu."""
+    rows = [(f, v) for f, v in order if any("mi_xc_m400" in r for r in by[(f, v)])]
+    if not rows:
+        return
+    ms = (32, 100, 400, 1000)
+    print("\nI_hat(X;C) on the test set vs subsample size M (log M = " + ", ".join(f"{np.log(m):.2f}" for m in ms) + "):\n")
+    print("| family | variant | " + " | ".join(f"M={m}" for m in ms) + " | median sigma | mean sd(mu) |")
+    print("|---|---|" + "---|" * (len(ms) + 2))
+    for f, v in rows:
+        rs = by[(f, v)]
+        cells = [fmt([r.get("mi_xc" if m == 100 else f"mi_xc_m{m}") for r in rs], 1, 2) for m in ms]
+        print(f"| {f} | {v} | " + " | ".join(cells) + f" | {fmt([r.get('sigma_median') for r in rs], 1, 3)} "
+              f"| {fmt([r.get('mu_std') for r in rs], 1, 2)} |")
 
 
 def figures(by, fig_dir: Path) -> None:
@@ -171,6 +193,50 @@ def figures(by, fig_dir: Path) -> None:
         plt.close(fig)
 
 
+def diagnostics() -> None:
+    """Two estimator checks on synthetic data with known answers: NIS's ordering, and I_hat(X;C) against closed-form MI."""
+    import math
+
+    import torch
+
+    from lit_iclr.cibm.ib import est_mi
+    from lit_iclr.cibm.leakage import niche_impurity_score
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(1)
+    c = (rng.random((300, 4)) > 0.5).astype(np.float32)
+    reps = {"pure (c + noise)": c + rng.normal(0, 0.1, c.shape),
+            "mixed (0.4 c + 0.6 mean(c) + noise)": 0.4 * c + 0.6 * c.mean(1, keepdims=True) + rng.normal(0, 0.1, c.shape)}
+    print("NIS on 300 synthetic points, 4 concepts (higher = more impure):\n")
+    print("| representation | NIS refit (default) | NIS reference code |")
+    print("|---|---|---|")
+    for name, x in reps.items():
+        print(f"| {name} | {niche_impurity_score(x, c):.3f} | {niche_impurity_score(x, c, mode='reference'):.3f} |")
+    d, ms = 15, (32, 100, 400, 1600)
+    print(f"\nI_hat(X;C) (logsumexp) for mu ~ N(0, I_{d}), z = mu + sigma eps, 5 draws; "
+          "grad = |d I_hat / d(mu, log sigma)| at M=100:\n")
+    print("| sigma / sd(mu) | closed-form I(X;C) | " + " | ".join(f"M={m} (log M {math.log(m):.2f})" for m in ms)
+          + " | grad norm M=100 | Jensen I_hat M=100 |")
+    print("|---|---|" + "---|" * (len(ms) + 2))
+    for sigma in (0.03, 0.1, 0.3, 1.0, 3.0):
+        cells, grad, jensen = [], [], []
+        for m in ms:
+            vals = []
+            for rep in range(5):
+                g = torch.Generator().manual_seed(rep)
+                mu = torch.randn(m, d, generator=g).requires_grad_()
+                log_s = torch.full((m, d), math.log(sigma), requires_grad=True)
+                z = mu + log_s.exp() * torch.randn(m, d, generator=g)
+                mi = est_mi(mu, log_s.exp(), z=z)
+                vals.append(mi.item())
+                if m == 100:
+                    grad.append(torch.cat([gr.flatten() for gr in torch.autograd.grad(mi, [mu, log_s])]).norm().item())
+                    jensen.append(est_mi(mu, log_s.exp(), jensen=True, z=z).item())
+            cells.append(fmt(vals, 1, 2))
+        true = d / 2 * math.log(1 + 1 / sigma**2)
+        print(f"| {sigma} | {true:.2f} | " + " | ".join(cells) + f" | {np.mean(grad):.1e} | {np.mean(jensen):.3g} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -181,10 +247,15 @@ def main() -> None:
     p.add_argument("--figures", type=Path, default=Path("seeds/figures"))
     p.add_argument("--only", nargs="+", help="run only these family:variant configs (e.g. blackbox:none joint:IB_B)")
     p.add_argument("--report", action="store_true", help="print the table and draw the figures from --out")
+    p.add_argument("--diagnostics", action="store_true", help="NIS ordering and I_hat vs closed-form MI on synthetic data")
+    p.add_argument("--no-figures", action="store_true", help="with --report: tables only (keep the figures of another run)")
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.diagnostics:
+        diagnostics()
+        return
     if args.report:
-        report(args.out, args.figures)
+        report(args.out, None if args.no_figures else args.figures)
         return
     for s in args.seeds:
         run(s, args.out, args.epochs, args.families, args.data_dir, args.only)

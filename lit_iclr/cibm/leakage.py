@@ -4,10 +4,17 @@
   MLP (one ReLU layer of 32) predicting true concept j from the soft representation of concept i; pi(C) the same from
   the true concept i (an oracle, diagonal set to 1). OIS = ||pi(C_hat) - pi(C)||_F / (K / 2), in [0, 1] (x100 in tables).
   The K x K predictors are trained at once as one batched MLP (full-batch Adam) rather than K^2 separate fits.
-- NIS, the niche impurity score (same paper): an MLP (20, 20) predicts all true concepts from all soft concepts; for
-  beta in 0, 0.05, ..., 0.95 the niche of concept j is the soft concepts whose |corr| with true concept j exceeds beta;
-  the classifier predicts concept j from everything *outside* the niche (niche inputs zeroed); the ROC-AUC of those
-  predictions (softmax over concepts, as the reference code does) integrated over beta (trapezoid) is NIS.
+- NIS, the niche impurity score (same paper): for beta in 0, 0.05, ..., 0.95 the niche of concept j is the soft
+  concepts whose |corr| with true concept j exceeds beta; NI_beta = mean over j of the ROC-AUC of predicting concept j
+  from the soft concepts *outside* its niche; NIS = integral of NI_beta over beta (trapezoid). Two ways to predict:
+  `mode="refit"` (default) fits an MLP (20, 20) for concept j on the outside-niche inputs only (one fit per distinct
+  niche), so the AUC measures the information about j held outside its niche. `mode="reference"` is the reference
+  code (`concept-quality`): one MLP trained on all soft concepts, niche inputs zeroed at test, the K scores put through
+  a softmax over concepts before a per-concept AUC. That variant ranks a mixed representation *below* a pure one:
+  (i) the softmax makes concept j's score depend on the other concepts' outputs, which see the niche of j unmasked, so
+  a pure representation scores ~0.85 per beta instead of 0.5; (ii) a predictor trained on the full input learns to
+  subtract the shared component of a mixed representation, so with the niche zeroed its score for j is anti-correlated
+  with j (AUC < 0.5). Measured in `seeds/cibm.md`; both pinned by tests.
 - Class leakage (the generator's leakage channel): the test accuracy of a logistic-regression probe predicting the
   class from the soft concept probabilities minus the same probe on the thresholded (hard) predicted concepts: the class
   information the soft values carry beyond the concepts they state.
@@ -90,34 +97,67 @@ def oracle_impurity_score(reps: np.ndarray, c_true: np.ndarray, seed: int = 0, *
 
 
 def niche_impurity_score(c_soft: np.ndarray, c_true: np.ndarray, delta_beta: float = 0.05, test_size: float = 0.2,
-                         seed: int = 0, max_iter: int = 200) -> float:
+                         seed: int = 0, max_iter: int = 200, mode: str = "refit") -> float:
+    """NIS = sum_beta trapezoid of NI_beta, NI_beta = mean_j AUC(c_j | soft concepts outside niche_j(beta))."""
+    from sklearn.model_selection import train_test_split
+
+    if mode not in ("refit", "reference"):
+        raise ValueError(f"NIS mode must be 'refit' or 'reference', got {mode!r}")
+    xs_tr, xs_te, c_tr, c_te = train_test_split(c_soft, c_true.astype(int), test_size=test_size, random_state=seed)
+    k = c_true.shape[1]
+    corr = np.nan_to_num(np.corrcoef(np.hstack([xs_tr, c_tr]).T)[:k, k:])  # [i, j]: soft concept i vs true concept j
+    score = (_ni_refit if mode == "refit" else _ni_reference)(xs_tr, xs_te, c_tr, c_te, max_iter)
+    betas = np.arange(0.0, 1.0, delta_beta)
+    ni = np.array([score(np.abs(corr) > beta) for beta in betas])  # niches[i, j]: soft i is in the niche of concept j
+    return float(((ni[1:] + ni[:-1]) * delta_beta / 2).sum())  # trapezoid over beta, as the reference
+
+
+def _mlp(max_iter: int):
+    from sklearn.neural_network import MLPClassifier
+
+    return MLPClassifier((20, 20), random_state=1, max_iter=max_iter)  # the reference's predictor (it allows 1000 iterations)
+
+
+def _ni_refit(xs_tr, xs_te, c_tr, c_te, max_iter):
+    """NI_beta with a predictor of c_j fitted on the outside-niche soft concepts only (cached per distinct niche)."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import roc_auc_score
+
+    cache: dict[tuple[int, bytes], float] = {}
+
+    def auc(j: int, inside: np.ndarray) -> float:
+        key = (j, inside.tobytes())
+        if key not in cache:
+            yj = c_te[:, j]
+            if inside.all() or c_tr[:, j].min() == c_tr[:, j].max() or yj.min() == yj.max():
+                cache[key] = 0.5  # nothing outside the niche (or one class only): chance
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    clf = _mlp(max_iter).fit(xs_tr[:, ~inside], c_tr[:, j])
+                cache[key] = float(roc_auc_score(yj, clf.predict_proba(xs_te[:, ~inside])[:, 1]))
+        return cache[key]
+
+    return lambda niches: float(np.mean([auc(j, niches[:, j]) for j in range(niches.shape[1])]))
+
+
+def _ni_reference(xs_tr, xs_te, c_tr, c_te, max_iter):
+    """NI_beta as the reference code computes it: one full-input MLP, niche zeroed, softmax over concepts, macro AUC."""
     from scipy.special import softmax
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import train_test_split
-    from sklearn.neural_network import MLPClassifier
 
-    xs_tr, xs_te, c_tr, c_te = train_test_split(c_soft, c_true.astype(int), test_size=test_size, random_state=seed)
-    with warnings.catch_warnings():  # the reference allows 1000 iterations; fewer keep the benchmark affordable
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf = MLPClassifier((20, 20), random_state=1, max_iter=max_iter).fit(xs_tr, c_tr)
-    k = c_true.shape[1]
-    corr = np.corrcoef(np.hstack([xs_tr, c_tr]).T)[:k, k:]  # soft concept i vs true concept j
-    corr = np.nan_to_num(corr)
-    auc, prev = 0.0, None
-    for beta in np.arange(0.0, 1.0, delta_beta):
-        niches = np.abs(corr) > beta
-        preds = []
-        for j in range(k):
-            outside = np.where(niches[:, j][None, :], 0.0, xs_te)  # zero the niche of concept j
-            preds.append(clf.predict_proba(outside)[:, j])
-        y_preds = softmax(np.stack(preds, 1), axis=1)
-        keep = (c_te.min(0) == 0) & (c_te.max(0) == 1)
-        score = roc_auc_score(c_te[:, keep], y_preds[:, keep])
-        if prev is not None:
-            auc += (prev + score) * delta_beta / 2
-        prev = score
-    return float(auc)
+        clf = _mlp(max_iter).fit(xs_tr, c_tr)
+    keep = (c_te.min(0) == 0) & (c_te.max(0) == 1)
+
+    def score(niches: np.ndarray) -> float:
+        k = niches.shape[1]
+        preds = np.stack([clf.predict_proba(np.where(niches[:, j][None, :], 0.0, xs_te))[:, j] for j in range(k)], 1)
+        return float(roc_auc_score(c_te[:, keep], softmax(preds, axis=1)[:, keep]))
+
+    return score
 
 
 def class_leakage(c_probs: np.ndarray, y: np.ndarray, test_size: float = 0.3, seed: int = 0) -> dict[str, float]:

@@ -63,6 +63,7 @@ class CIBM(BaseModule):
         intervention_trials: int = 5,
         leakage_metrics: bool = False,
         leakage_samples: int = 1000,
+        nis_mode: str = "refit",
         optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=1e-3),
     ):
         """
@@ -94,6 +95,8 @@ class CIBM(BaseModule):
             intervention_trials: Random-order intervention trials at test (official 5).
             leakage_metrics: Compute OIS, NIS and class leakage at test (a few seconds each).
             leakage_samples: Test points those metrics use at most (a seeded subset).
+            nis_mode: NIS predictor: `refit` (a predictor per niche on the outside-niche concepts) or `reference` (the
+                `concept-quality` code: one full-input predictor, niche zeroed, softmax over concepts); see leakage.py.
             optimizer: Optimizer factory (official Adam, lr 1e-3).
         """
         super().__init__()
@@ -239,6 +242,12 @@ class CIBM(BaseModule):
             g = torch.Generator(device=r["mu"].device).manual_seed(0)
             idx = torch.randperm(len(r["mu"]), generator=g, device=r["mu"].device)[:hp.mi_samples]
             res["mi_xc"] = est_mi(r["mu"][idx], r["sigma"][idx], jensen=hp.jensen).item()
+            if stage == "test":  # the estimator's ceiling is log M: I_hat at other subsample sizes, and sigma vs spread of mu
+                for m in (32, 400, 1000) if r["mu"].dim() == 2 else (32, 400):  # (M, M, K, D) pairs: bounded
+                    sub = torch.randperm(len(r["mu"]), generator=g, device=r["mu"].device)[:m]
+                    res[f"mi_xc_m{m}"] = est_mi(r["mu"][sub], r["sigma"][sub], jensen=hp.jensen).item()
+                res["sigma_median"] = r["sigma"].median().item()
+                res["mu_std"] = r["mu"].flatten(1).std(0).mean().item()
         for k, v in res.items():
             self.log(f"{stage}/{k}", v, prog_bar=k == "acc")
         return res
@@ -309,7 +318,7 @@ class CIBM(BaseModule):
                 probs = torch.sigmoid(r["c_logits"][sub]).cpu().numpy()
                 c_true, y = r["c"][sub].cpu().numpy(), r["y"][sub].cpu().numpy()
                 res["ois"] = oracle_impurity_score(probs, c_true)
-                res["nis"] = niche_impurity_score(probs, c_true)
+                res["nis"] = niche_impurity_score(probs, c_true, mode=self.hparams.nis_mode)
                 res.update(class_leakage(probs, y))
                 for key in ("ois", "nis", "leakage", "probe_soft", "probe_hard"):
                     self.log(f"test/{key}", res[key])

@@ -43,6 +43,21 @@ def test_est_mi_limits_zero_and_log_m():
     torch.testing.assert_close(est_mi(far, torch.full((m, 3), 0.1)), torch.tensor(math.log(m)))
 
 
+def test_est_mi_tracks_closed_form_below_log_m_and_loses_its_gradient_at_the_ceiling():
+    # mu ~ N(0, I_15), z = mu + sigma eps: I(X;Z) = 15/2 log(1 + 1/sigma^2) in closed form
+    m, d = 400, 15
+    g = torch.Generator().manual_seed(0)
+    mu, eps = torch.randn(m, d, generator=g), torch.randn(m, d, generator=g)
+    assert est_mi(mu, torch.full((m, d), 3.0), z=mu + 3.0 * eps).item() == pytest.approx(7.5 * math.log(1 + 1 / 9), abs=0.2)
+    # sigma 0.1: true MI 34.6 nats >> log M = 5.99; the estimate sits at log M and its gradient is numerically zero,
+    # so the IB_B term beta (I_c - I_hat) cannot move the encoder (seeds/cibm.md)
+    mu_p, log_s = mu.clone().requires_grad_(), torch.full((m, d), math.log(0.1), requires_grad=True)
+    mi = est_mi(mu_p, log_s.exp(), z=mu_p + log_s.exp() * eps)
+    grads = torch.autograd.grad(mi, [mu_p, log_s])
+    assert mi.item() == pytest.approx(math.log(m), abs=1e-3)
+    assert max(gr.abs().max().item() for gr in grads) < 1e-6
+
+
 def test_est_hc_and_mi_cy():
     sigma = torch.tensor([[0.5, 2.0], [1.0, 4.0]])
     torch.testing.assert_close(est_hc(sigma), torch.log(sigma + 1e-8).sum())
