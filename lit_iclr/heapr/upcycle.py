@@ -173,6 +173,13 @@ def mlp_activations(model: nn.Module, batches: Iterable[dict], max_tokens: int =
     for i, m in enumerate(mlps):
         handles.append(m.register_forward_pre_hook(lambda mod, a, i=i: xs[i].append(a[0].flatten(0, -2).float())))
         handles.append(m.down_proj.register_forward_pre_hook(lambda mod, a, i=i: hs[i].append(a[0].flatten(0, -2).float())))
+    _forward_until(model, batches, max_tokens, handles)
+    return [torch.cat(x)[:max_tokens].cpu() for x in xs], [torch.cat(h)[:max_tokens].cpu() for h in hs]
+
+
+def _forward_until(model: nn.Module, batches: Iterable[dict], max_tokens: int, handles: list) -> None:
+    """Run the model over batches until `max_tokens` tokens were seen (the hooks in `handles` record what they need),
+    then remove the hooks, also on error."""
     dev, seen = next(model.parameters()).device, 0
     try:
         for b in batches:
@@ -184,7 +191,6 @@ def mlp_activations(model: nn.Module, batches: Iterable[dict], max_tokens: int =
     finally:
         for h in handles:
             h.remove()
-    return [torch.cat(x)[:max_tokens].cpu() for x in xs], [torch.cat(h)[:max_tokens].cpu() for h in hs]
 
 
 def _parents(model: nn.Module, mlps: list[nn.Module]) -> list[tuple[nn.Module, str]]:
@@ -264,17 +270,7 @@ def router_fits(model: nn.Module, mlps: list[nn.Module], groups: list[list[torch
 
     handles = [h for i, m in enumerate(mlps) for h in (m.register_forward_pre_hook(on_input(i)),
                                                        m.down_proj.register_forward_pre_hook(on_h(i)))]
-    dev, seen = next(model.parameters()).device, 0
-    try:
-        for b in batches:
-            if seen >= max_tokens:
-                break
-            ids = b["input_ids"].to(dev)
-            model(input_ids=ids)
-            seen += ids.numel()
-    finally:
-        for h in handles:
-            h.remove()
+    _forward_until(model, batches, max_tokens, handles)
     return fits
 
 
