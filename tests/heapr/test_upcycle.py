@@ -16,27 +16,9 @@ from lit_iclr.heapr.prune import prune_model
 from lit_iclr.heapr.scores import atom_scores
 from lit_iclr.heapr.upcycle import UpcycledMoE, balanced_kmeans, mlp_activations, set_top_k, upcycle
 
+from .conftest import batches
+
 WIDTH, E = 24, 4
-
-
-@pytest.fixture(scope="module")
-def llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=WIDTH, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=32, tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for m in swiglu_mlps(model):
-            for lin in (m.gate_proj, m.up_proj, m.down_proj):
-                lin.weight.normal_(0, 0.3)
-    return model.requires_grad_(False)
-
-
-def batches(n=3, b=2, t=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [{"input_ids": torch.randint(0, 40, (b, t), generator=g)} for _ in range(n)]
 
 
 @pytest.mark.parametrize("grouping", ["kmeans", "coactivation", "contiguous"])
