@@ -1,18 +1,32 @@
-"""Manual optimisation without Lightning's per-call wrappers, where those wrappers would do nothing.
+"""Optimisation without Lightning's per-call wrappers, where those wrappers would do nothing.
 
-With manual optimisation, `self.manual_backward(loss)` and `opt.step()` on a `LightningOptimizer` go through the
-strategy and the precision plugin, which dispatch `on_before_backward`, `on_after_backward` and
-`on_before_optimizer_step` to every callback and to the module (a profiler context and a `state_key` per callback per
-call) before they reach `loss.backward()` and `optimizer.step()`. On one device in fp32, with no callback, module or
-profiler that uses those hooks, every one of those dispatches is a no-op, and they cost about 1 ms of CPU per gradient
-step of a two-optimizer module (VGF), a few per cent of a small step. `DirectManualOptimization` checks this once per fit
-and then sends the two calls straight to PyTorch; the optimizer-step counter behind `global_step` is advanced as
-Lightning advances it, so step counts, logging steps, checkpoints and results are unchanged (tested against the wrapped
-path). In any other case (DDP, mixed precision, a profiler, a hook in use) Lightning's path is kept.
+Between a `training_step` and `loss.backward()` / `optimizer.step()`, Lightning goes through the strategy and the
+precision plugin, which dispatch `on_before_zero_grad`, `on_before_backward`, `on_after_backward` and
+`on_before_optimizer_step` to every callback (10 in a `cli.py fit`) and to the module, and the module hooks
+`optimizer_zero_grad`, `backward`, `optimizer_step` and `configure_gradient_clipping` (a profiler context and a
+`state_key` per callback per call). On one device in fp32, with no callback, module or profiler that uses those hooks,
+every one of those dispatches is a no-op; together they cost about 1 ms of CPU per step, a tenth of a 10 ms step.
+`DirectOptimization` checks this once per fit and then calls PyTorch directly:
+
+- manual optimisation: `manual_backward` is `loss.backward`, each optimizer's `step` the torch optimizer's;
+- automatic optimisation: Lightning's loop keeps its order (training_step -> zero_grad -> backward in the closure,
+  accumulation, `optimizer.step(closure)`) and its progress counters, but zero_grad, backward, gradient clipping (the
+  Trainer's `gradient_clip_val`, through the module's `clip_gradients` as Lightning's default
+  `configure_gradient_clipping` does) and the step are plain calls.
+
+Step counts, logging steps, checkpoints and results are unchanged (tested against the wrapped path). In any other case
+(DDP/FSDP, mixed precision, a profiler, a hook in use) Lightning's path is kept and `reason` says why.
+
+`DirectBatches` does the same for the batch's way into `training_step`: Lightning reads the step's signature in every
+step (`inspect.getfullargspec`, to know whether it takes `batch_idx`), and on one CPU device sends every batch through
+three hooks that return it unchanged (`on_before_batch_transfer`, `transfer_batch_to_device` (a `.to("cpu")` of tensors
+already there), `on_after_batch_transfer`). The signature is read once per fit; the hooks are skipped when neither the
+module nor the DataModule overrides them.
 """
 from __future__ import annotations
 
 from functools import partial
+from types import MethodType
 from typing import Any
 
 import lightning as L
@@ -21,34 +35,41 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 
 MODULE_HOOKS = ("on_before_backward", "backward", "on_after_backward", "on_before_optimizer_step")
 CALLBACK_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+# automatic optimisation also routes zero_grad, the step and clipping through hooks
+AUTO_MODULE_HOOKS = (*MODULE_HOOKS, "on_before_zero_grad", "optimizer_zero_grad", "optimizer_step",
+                     "configure_gradient_clipping")
+AUTO_CALLBACK_HOOKS = (*CALLBACK_HOOKS, "on_before_zero_grad")
+PATCHED = ("_make_backward_fn", "_make_zero_grad_fn", "_optimizer_step")  # methods of Lightning's automatic loop
 
 
 def wrappers_are_no_ops(trainer: L.Trainer, module: L.LightningModule) -> str | None:
-    """None when Lightning's manual-optimisation wrappers would only call PyTorch; else the reason they would not."""
-    if module.automatic_optimization:
-        return "automatic optimisation"
+    """None when Lightning's optimisation wrappers would only call PyTorch; else the reason they would not."""
     if type(trainer.strategy) is not SingleDeviceStrategy or type(trainer.precision_plugin) is not Precision:
         return f"strategy {type(trainer.strategy).__name__} / precision {type(trainer.precision_plugin).__name__}"
     if not isinstance(trainer.profiler, PassThroughProfiler):
         return f"profiler {type(trainer.profiler).__name__}"
     if getattr(module, "_fabric", None) is not None:
         return "module attached to Fabric"
-    for hook in MODULE_HOOKS:
+    auto = module.automatic_optimization
+    for hook in AUTO_MODULE_HOOKS if auto else MODULE_HOOKS:
         if is_overridden(hook, module, L.LightningModule):
             return f"module overrides {hook}"
     for cb in trainer.callbacks:
-        for hook in CALLBACK_HOOKS:
+        for hook in AUTO_CALLBACK_HOOKS if auto else CALLBACK_HOOKS:
             if is_overridden(hook, cb, Callback):
                 return f"callback {type(cb).__name__} overrides {hook}"
+    if auto and len(trainer.optimizers) != 1:
+        return f"{len(trainer.optimizers)} optimizers"
     return None
 
 
 def _direct_step(lightning_optimizer, closure=None, **kwargs: Any) -> Any:
-    """`LightningOptimizer.step` minus the strategy / precision dispatch: the manual loop's step counter (which
-    `global_step` reads) is advanced by the same callbacks Lightning's own step calls."""
+    """Manual optimisation: `LightningOptimizer.step` minus the strategy / precision dispatch; the manual loop's step
+    counter (which `global_step` reads) is advanced by the same callbacks Lightning's own step calls."""
     lightning_optimizer._on_before_step()
     out = lightning_optimizer.optimizer.step(**kwargs) if closure is None else lightning_optimizer.optimizer.step(closure,
                                                                                                               **kwargs)
@@ -56,9 +77,61 @@ def _direct_step(lightning_optimizer, closure=None, **kwargs: Any) -> Any:
     return out
 
 
-class DirectManualOptimization(Callback):
-    """Per fit: when `wrappers_are_no_ops`, `manual_backward` calls `loss.backward` and each optimizer's `step` calls
-    the torch optimizer directly (see the module docstring). `reason` tells why not, when not."""
+# Automatic optimisation: replacements for three methods of Lightning's `_AutomaticOptimization` loop (`loop`), bound
+# to the loop instance for one fit. Each keeps the original's progress-counter updates.
+
+def _make_backward_fn(loop, optimizer):
+    if loop._skip_backward:
+        return None
+    return _backward  # Strategy.backward -> Precision.backward -> LightningModule.backward: loss.backward()
+
+
+def _backward(loss) -> None:
+    loss.backward()
+
+
+def _make_zero_grad_fn(loop, batch_idx: int, optimizer):
+    if loop._skip_backward or batch_idx % loop.trainer.accumulate_grad_batches != 0:
+        return None
+    progress = loop.optim_progress.optimizer.zero_grad
+
+    def zero_grad_fn() -> None:  # _on_before_zero_grad + LightningModule.optimizer_zero_grad's default
+        progress.increment_ready()
+        progress.increment_started()
+        optimizer.zero_grad()
+        progress.increment_completed()
+
+    return zero_grad_fn
+
+
+def _optimizer_step(loop, batch_idx: int, closure) -> None:
+    trainer = loop.trainer
+    optimizer = trainer.optimizers[0]
+    module = trainer.lightning_module
+    clip = trainer.gradient_clip_val
+    if clip:  # Precision._after_closure -> configure_gradient_clipping's default -> clip_gradients
+        def closure_and_clip(inner=closure):
+            out = inner()
+            module.clip_gradients(optimizer, gradient_clip_val=clip,
+                                  gradient_clip_algorithm=trainer.gradient_clip_algorithm)
+            return out
+        closure = closure_and_clip
+    should_accumulate = trainer.fit_loop._should_accumulate()
+    progress = loop.optim_progress.optimizer.step
+    if not should_accumulate:
+        progress.increment_ready()
+    optimizer.step(closure=closure)  # LightningModule.optimizer_step's default, minus strategy / precision dispatch
+    if not should_accumulate:
+        progress.increment_completed()
+
+
+_AUTOMATIC = {"_make_backward_fn": _make_backward_fn, "_make_zero_grad_fn": _make_zero_grad_fn,
+              "_optimizer_step": _optimizer_step}
+
+
+class DirectOptimization(Callback):
+    """Per fit: when `wrappers_are_no_ops`, the optimisation calls go straight to PyTorch (see the module docstring).
+    `reason` tells why not, when not."""
 
     def __init__(self):
         self.reason: str | None = "not started"
@@ -66,14 +139,86 @@ class DirectManualOptimization(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self.reason = wrappers_are_no_ops(trainer, pl_module)
         direct = self.reason is None
-        pl_module.__dict__["_direct_manual"] = direct  # read by BaseModule.manual_backward
+        manual = not pl_module.automatic_optimization
+        pl_module.__dict__["_direct_manual"] = direct and manual  # read by BaseModule.manual_backward
         for opt in trainer.strategy._lightning_optimizers:
-            if direct:
+            if direct and manual:
                 opt.step = partial(_direct_step, opt)
             else:
                 opt.__dict__.pop("step", None)
+        loop = trainer.fit_loop.epoch_loop.automatic_optimization
+        for name in PATCHED:
+            if direct and not manual:
+                setattr(loop, name, MethodType(_AUTOMATIC[name], loop))
+            else:
+                loop.__dict__.pop(name, None)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self._restore(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._restore(trainer, pl_module)
+
+    @staticmethod
+    def _restore(trainer, pl_module) -> None:
+        """Lightning's own wrappers again (the next fit of this Trainer checks anew)."""
         pl_module.__dict__["_direct_manual"] = False
         for opt in trainer.strategy._lightning_optimizers:
             opt.__dict__.pop("step", None)
+        loop = trainer.fit_loop.epoch_loop.automatic_optimization
+        for name in PATCHED:
+            loop.__dict__.pop(name, None)
+
+
+BATCH_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def batch_hooks_are_no_ops(trainer: L.Trainer, module: L.LightningModule) -> str | None:
+    """None when the batch-transfer hooks would return every batch unchanged; else the reason they would not."""
+    if type(trainer.strategy) is not SingleDeviceStrategy or trainer.strategy.root_device.type != "cpu":
+        return f"strategy {type(trainer.strategy).__name__} on {trainer.strategy.root_device}"
+    for hook in BATCH_HOOKS:
+        if is_overridden(hook, module, L.LightningModule):
+            return f"module overrides {hook}"
+        if trainer.datamodule is not None and is_overridden(hook, trainer.datamodule, L.LightningDataModule):
+            return f"datamodule overrides {hook}"
+    return None
+
+
+def _unchanged(batch: Any, *args: Any, **kwargs: Any) -> Any:
+    return batch
+
+
+class DirectBatches(Callback):
+    """Per fit: the training step's signature is read once, and the batch-transfer hooks are skipped on one CPU device
+    when they are no-ops (see the module docstring). `reason` tells why the hooks are kept, when they are."""
+
+    def __init__(self):
+        self.reason: str | None = "not started"
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        takes_idx = is_param_in_hook_signature(pl_module.training_step, "batch_idx", min_args=2)
+
+        def build_kwargs(kwargs, batch, batch_idx):  # _TrainingEpochLoop._build_kwargs with the answer kept
+            kwargs["batch"] = batch
+            if takes_idx:
+                kwargs["batch_idx"] = batch_idx
+            return kwargs
+
+        trainer.fit_loop.epoch_loop._build_kwargs = build_kwargs
+        self.reason = batch_hooks_are_no_ops(trainer, pl_module)
+        if self.reason is None:
+            pl_module.__dict__["_on_before_batch_transfer"] = _unchanged
+            trainer.strategy.batch_to_device = _unchanged
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._restore(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._restore(trainer, pl_module)
+
+    @staticmethod
+    def _restore(trainer, pl_module) -> None:
+        trainer.fit_loop.epoch_loop.__dict__.pop("_build_kwargs", None)
+        pl_module.__dict__.pop("_on_before_batch_transfer", None)
+        trainer.strategy.__dict__.pop("batch_to_device", None)

@@ -29,7 +29,7 @@ class BaseModule(L.LightningModule):
         check_state_compatible(self, checkpoint, source=checkpoint.get("_path", "checkpoint"))
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Lightning's `manual_backward`; straight to `loss.backward` when the platform's `DirectManualOptimization`
+        """Lightning's `manual_backward`; straight to `loss.backward` when the platform's `DirectOptimization`
         found Lightning's wrappers to be no-ops for this fit (one device, fp32, no backward hooks in use)."""
         if self.__dict__.get("_direct_manual", False):
             loss.backward(*args, **kwargs)

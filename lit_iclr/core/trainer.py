@@ -4,7 +4,7 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from .direct import DirectManualOptimization
+from .direct import DirectBatches, DirectOptimization
 from .loader import LoaderPosition, RandomState
 from .loggers import MetricsAtCheckpoint
 from .signals import CheckpointOnSignal
@@ -12,13 +12,14 @@ from .signals import CheckpointOnSignal
 
 class Trainer(L.Trainer):
     """Lightning's Trainer; always tracks the training loader's position, the random state and the metric rows so
-    mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1. Manual optimisation skips Lightning's
-    per-call wrappers where they would do nothing (`DirectManualOptimization`)."""
+    mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1. Lightning's per-step wrappers of the
+    optimisation (`DirectOptimization`) and of the batch's way into the step (`DirectBatches`) are skipped where they
+    would do nothing."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.callbacks.extend([LoaderPosition(), RandomState(), MetricsAtCheckpoint(), CheckpointOnSignal(),
-                                DirectManualOptimization()])
+                                DirectOptimization(), DirectBatches()])
 
     def prepare(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
         """Generate (or check) the config's dataset and read it back once through the real reader; no training.
