@@ -1,7 +1,8 @@
 """VGF update speed: the project's update (`cli.py fit`, and the same update without Lightning) against the official
 JAX code (ryanxhr/vgf), at the project's default size and at the paper's cube-single size, measured in one run.
 
-Each side runs in its own single-threaded worker process (the official one in a JAX environment, e.g. a venv with
+Each side runs in its own single-threaded worker process, pinned to one core (`--core`; -1 leaves the scheduler free),
+so that XLA's own threads cannot spread the official step over two cores (the official one in a JAX environment, e.g. a venv with
 `pip install "jax[cpu]" flax optax distrax ml_collections`), on the same transitions (the default OGBench cube-single
 data, read by the project's reader and handed to both), the same batch size and the same algorithm step: reference-flow
 sampling of B x N actions, L transport steps with a fresh Adam, target critic on the particles, TD step, Polyak,
@@ -185,9 +186,14 @@ def serve(run) -> None:
 
 
 class Worker:
-    def __init__(self, python: str, *args: str):
+    """One side in its own process; with `core` set, the process and every thread it starts run on that core only (XLA
+    keeps a thread pool of its own even with one intra-op thread: unpinned, the official side ran on 1.7 cores' worth
+    of CPU time per wall second)."""
+
+    def __init__(self, python: str, *args: str, core: int | None = None):
+        pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
         self.proc = subprocess.Popen([python, __file__, "--worker", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=_single_thread_env(), cwd=ROOT)
+                                     text=True, env=_single_thread_env(), cwd=ROOT, preexec_fn=pin)
 
     def run(self, steps: int) -> dict[str, float]:
         self.proc.stdin.write(json.dumps({"steps": steps}) + "\n")
@@ -242,6 +248,7 @@ def main() -> None:
     p.add_argument("--compile", choices=["off", "on", "both"], default="both",
                    help="the project's compile_update (both: the fit side eager and compiled, the plain side eager)")
     p.add_argument("--no-fit", action="store_true", help="skip the cli.py fit side")
+    p.add_argument("--core", type=int, default=1, help="pin every side to this CPU core (-1: no pinning)")
     p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -255,27 +262,34 @@ def main() -> None:
     data = str(shared_transitions(tmp / "transitions.npz"))
     compiles = {"off": ["0"], "on": ["1"], "both": ["0", "1"]}[args.compile]
     rows = []
+    core = None if args.core < 0 else args.core
     for setting, steps in zip(args.settings.split(","), [int(s) for s in args.steps.split(",")], strict=False):
         sides = {}
         if args.vs_official:
-            sides["official"] = Worker(args.official_python, "official", setting, data, args.vs_official)
+            sides["official"] = Worker(args.official_python, "official", setting, data, args.vs_official, core=core)
         for c in compiles:
             tag = "compiled" if c == "1" else "eager"
             if c == "0" or args.compile == "on":
-                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c)
+                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c, core=core)
             if not args.no_fit:
-                sides[f"fit-{tag}"] = Worker(sys.executable, "project", setting, data, "fit", c)
+                sides[f"fit-{tag}"] = Worker(sys.executable, "project", setting, data, "fit", c, core=core)
         res = measure(setting, sides, steps, args.repeats)
         for w in sides.values():
             w.close()
         ref = res.get("official", {}).get("median_ms")
         for name, r in res.items():
             ratio = f"{r['median_ms'] / ref:.2f}" if ref else "-"
-            rows.append(f"| {setting} | {name} | {r['median_ms']:.1f} | {ratio} | {r['first_s']:.1f} |")
-    print(f"\n{args.repeats} interleaved blocks per side, median CPU ms/step of each single-threaded process (on a shared "
-          "machine wall time also counts waiting for a core); 1 thread per side\n")
-    print("| setting | side | CPU ms / step | ratio vs official | first call (s wall, incl. compile) |")
-    print("|---|---|---|---|---|")
+            wall = statistics.median(r["wall_ms"])
+            wall_ref = statistics.median(res["official"]["wall_ms"]) if ref else None
+            wall_ratio = f"{wall / wall_ref:.2f}" if wall_ref else "-"
+            rows.append(f"| {setting} | {name} | {r['median_ms']:.1f} | {ratio} | {wall:.1f} | {wall_ratio} | "
+                        f"{r['first_s']:.1f} |")
+    pinned = f"every side pinned to core {core}" if core is not None else "not pinned"
+    print(f"\n{args.repeats} interleaved blocks per side, median ms/step of each single-threaded process ({pinned}; on a "
+          "shared machine wall time also counts waiting for a core)\n")
+    print("| setting | side | CPU ms / step | ratio vs official | wall ms / step | ratio vs official | "
+          "first call (s wall, incl. compile) |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -21,7 +21,10 @@ Step counts, logging steps, checkpoints and results are unchanged (tested agains
 step (`inspect.getfullargspec`, to know whether it takes `batch_idx`), and on one CPU device sends every batch through
 three hooks that return it unchanged (`on_before_batch_transfer`, `transfer_batch_to_device` (a `.to("cpu")` of tensors
 already there), `on_after_batch_transfer`). The signature is read once per fit; the hooks are skipped when neither the
-module nor the DataModule overrides them.
+module nor the DataModule overrides them. The two per-step callback hooks (`on_train_batch_start`, `on_train_batch_end`)
+are dispatched by Lightning to every callback (12 in a `cli.py fit`), each inside a profiler context named by the
+callback's `state_key` (a string built per call); without a profiler, `DirectBatches` sends them only to the callbacks
+that override them.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
+from lightning.pytorch.trainer import call
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 
@@ -189,6 +193,29 @@ def _unchanged(batch: Any, *args: Any, **kwargs: Any) -> Any:
     return batch
 
 
+PER_STEP_CALLBACK_HOOKS = ("on_train_batch_start", "on_train_batch_end")
+_lightning_call_callback_hooks = call._call_callback_hooks
+
+
+def _call_callback_hooks(trainer, hook_name: str, *args: Any, monitoring_callbacks: bool | None = None,
+                         **kwargs: Any) -> None:
+    """Lightning's `_call_callback_hooks`; for a Trainer whose per-step hooks `DirectBatches` listed, only the callbacks
+    that override the hook are called, with no profiler context (the Trainer's profiler is a pass-through)."""
+    listed = trainer.__dict__.get("_direct_callback_hooks")
+    if listed is None or hook_name not in listed or monitoring_callbacks is not None:
+        return _lightning_call_callback_hooks(trainer, hook_name, *args, monitoring_callbacks=monitoring_callbacks,
+                                              **kwargs)
+    module = trainer.lightning_module
+    prev_fx_name = module._current_fx_name  # as Lightning: `self.log` in a callback hook knows where it is
+    module._current_fx_name = hook_name
+    for fn in listed[hook_name]:
+        fn(trainer, module, *args, **kwargs)
+    module._current_fx_name = prev_fx_name
+
+
+call._call_callback_hooks = _call_callback_hooks  # the loops call it through the module: one dispatch for all Trainers
+
+
 class DirectBatches(Callback):
     """Per fit: the training step's signature is read once, and the batch-transfer hooks are skipped on one CPU device
     when they are no-ops (see the module docstring). `reason` tells why the hooks are kept, when they are."""
@@ -206,6 +233,10 @@ class DirectBatches(Callback):
             return kwargs
 
         trainer.fit_loop.epoch_loop._build_kwargs = build_kwargs
+        if isinstance(trainer.profiler, PassThroughProfiler):
+            trainer.__dict__["_direct_callback_hooks"] = {
+                hook: [getattr(cb, hook) for cb in trainer.callbacks if is_overridden(hook, cb, Callback)]
+                for hook in PER_STEP_CALLBACK_HOOKS}
         self.reason = batch_hooks_are_no_ops(trainer, pl_module)
         if self.reason is None:
             pl_module.__dict__["_on_before_batch_transfer"] = _unchanged
@@ -220,5 +251,6 @@ class DirectBatches(Callback):
     @staticmethod
     def _restore(trainer, pl_module) -> None:
         trainer.fit_loop.epoch_loop.__dict__.pop("_build_kwargs", None)
+        trainer.__dict__.pop("_direct_callback_hooks", None)
         pl_module.__dict__.pop("_on_before_batch_transfer", None)
         trainer.strategy.__dict__.pop("batch_to_device", None)

@@ -4,10 +4,13 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from .cuda_check import drop_failing_nvml_check
 from .direct import DirectBatches, DirectOptimization
 from .loader import LoaderPosition, RandomState
 from .loggers import MetricsAtCheckpoint
 from .signals import CheckpointOnSignal
+
+drop_failing_nvml_check()  # after Lightning's import set the check
 
 
 class Trainer(L.Trainer):

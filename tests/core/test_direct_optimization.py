@@ -199,3 +199,25 @@ def test_skipped_batch_hooks_give_the_same_training(module):
         assert torch.equal(p, q)
     assert not any(p.equal(q) for p, q in zip(fast.parameters(), Auto().parameters(), strict=True))
     assert "batch_to_device" not in fast_trainer.strategy.__dict__  # restored after the fit
+
+
+def test_per_step_callback_hooks_reach_exactly_the_callbacks_that_use_them():
+    class PerStep(Callback):
+        def __init__(self):
+            self.starts, self.ends = [], []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.starts.append(batch_idx)
+            self.direct = "_direct_callback_hooks" in trainer.__dict__  # the direct dispatch is the one under test
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.ends.append(batch_idx)
+            pl_module.log("seen", float(batch_idx))  # logging from a callback hook needs Lightning's hook name set
+
+    per_step = PerStep()
+    trainer = Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                      enable_checkpointing=False, enable_model_summary=False, callbacks=[per_step])
+    trainer.fit(Auto(), datamodule=Batches())
+    assert per_step.direct and per_step.starts == per_step.ends == list(range(6))
+    assert float(trainer.callback_metrics["seen"]) == 5.0
+    assert "_direct_callback_hooks" not in trainer.__dict__  # Lightning's dispatch again after the fit
