@@ -51,13 +51,14 @@ class TransitionLoader:
         self.size = len(next(iter(data.values())))
         self._own = 0
         self.position = position or (lambda: self._own)
+        self._generator = torch.Generator()  # reseeded per minibatch: no new generator per step
 
     def __len__(self) -> int:
         return self.steps_per_epoch
 
     def batch(self, k: int) -> dict[str, torch.Tensor]:
         """The k-th minibatch of the stream."""
-        g = torch.Generator().manual_seed(_batch_seed(self.seed, self.rank, k))
+        g = self._generator.manual_seed(_batch_seed(self.seed, self.rank, k))
         idx = torch.randint(self.size, (self.batch_size,), generator=g)
         return {key: v[idx] for key, v in self.data.items()}
 
