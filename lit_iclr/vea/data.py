@@ -10,15 +10,15 @@ Layout (one folder):
 `val.jsonl` is the calibration split of VEA's layer profiling. The reader checks every record (missing image, empty
 answers, boxes outside the image or degenerate) and raises `DatasetFormatError` naming the file and line.
 
-Default data (generated once into `data/`): 32x32 grey scenes of `num_items` (configs/vea.yaml: 2) 16x16 Fashion-MNIST
-items in the cells of a 2x2
-grid (small jitter), each drawn with one of core's four textures (solid, stripes, checker, dots). The question names the
+Default data (generated once into `data/`): 32x32 grey scenes of 16x16 Fashion-MNIST items in the cells of a 2x2 grid
+(small jitter), each drawn with one of core's four textures (solid, stripes, checker, dots). The question names the
 item by its cell ("what is in the top left ?", `question_key: position`, the document-style lookup) or its texture
-(`texture`), or either (`mixed`); the answer is the item's class; its box is the evidence. The other items are distractors,
-most often (`p_same_group`) from the target's confusable class group (tops: T-shirt/Pullover/Dress/Coat/Shirt, footwear:
-Sandal/Sneaker/Ankle boot, or Trouser/Bag), so a model can find the right item and still name the wrong class
-("seeing but not believing"). Items come from Fashion-MNIST's own train
-(train split) and test (val/test splits) images.
+(`texture`), or either (`mixed`); the answer is the item's class; its box is the evidence. The other items are
+distractors, with probability `p_same_group` from the target's confusable class group (tops: T-shirt/Pullover/Dress/
+Coat/Shirt, footwear: Sandal/Sneaker/Ankle boot, or Trouser/Bag). Training scenes hold `min_items`..`num_items` items
+(configs/vea.yaml: 1-2), calibration and test scenes `eval_num_items` (configs/vea.yaml: 4): a test more cluttered than
+training, where a model that recognises items can still be distracted by their neighbours ("seeing but not believing").
+Items come from Fashion-MNIST's own train (train split) and test (val/test splits) images.
 """
 from __future__ import annotations
 
@@ -137,12 +137,13 @@ class EvidenceVQADataset(Dataset):
         return {"x": x, "q": q, "y": torch.tensor(y), "gold": gold, "boxes": box}
 
 
-def make_scene(images: np.ndarray, by_class: list[np.ndarray], rng: np.random.Generator, size: int = 32, cell: int = 16,
-               num_items: int = 3, p_same_group: float = 0.5) -> tuple[np.ndarray, str, int, list[int]]:
+def draw_scene(images: np.ndarray, by_class: list[np.ndarray], rng: np.random.Generator, size: int = 32,
+               cell: int = 16, num_items: int = 3, p_same_group: float = 0.5) -> dict:
     """One scene: `num_items` items in distinct cells of a (size // cell)^2 grid, each with its own texture.
 
-    With probability `p_same_group` the distractors come from the target's confusable class group, else from any class.
-    Returns (uint8 image, texture kind of the target, its grid cell, target class, target box [x0, y0, x1, y1]).
+    Item 0 is the target; with probability `p_same_group` the others (distractors) come from its confusable class group,
+    else from any class. Returns the uint8 image and, per item, its texture kind, grid cell, class and box
+    (top, left, height, width), items in drawing order (a later item occludes an earlier one where jitter overlaps).
     """
     grid = size // cell
     cells = rng.choice(grid * grid, size=num_items, replace=False)
@@ -150,7 +151,7 @@ def make_scene(images: np.ndarray, by_class: list[np.ndarray], rng: np.random.Ge
     target = int(rng.integers(len(FASHION_MNIST_CLASSES)))
     group = next(g for g in CLASS_GROUPS if target in g)
     pool = group if rng.random() < p_same_group else range(len(FASHION_MNIST_CLASSES))
-    classes = [target, *rng.choice(list(pool), size=num_items - 1)]
+    classes = [target, *(int(c) for c in rng.choice(list(pool), size=num_items - 1))]
     items, boxes, textures_ = [], [], []
     for c, k, where in zip(classes, kinds, cells, strict=True):
         items.append(images[rng.choice(by_class[c])])
@@ -160,13 +161,26 @@ def make_scene(images: np.ndarray, by_class: list[np.ndarray], rng: np.random.Ge
         boxes.append((top, left, cell, cell))
         textures_.append(texture(k, cell, cell, period=4, phase=int(rng.integers(2))))
     scene = compose_scene(size, items, boxes, intensities=rng.uniform(0.7, 1.0, num_items), textures=textures_)
-    top, left, bh, bw = boxes[0]
-    return to_uint8(scene), str(kinds[0]), int(cells[0]), target, [left, top, left + bw, top + bh]
+    return {"image": to_uint8(scene), "kinds": [str(k) for k in kinds], "cells": [int(c) for c in cells],
+            "classes": classes, "boxes": boxes}
+
+
+def make_scene(images: np.ndarray, by_class: list[np.ndarray], rng: np.random.Generator, size: int = 32, cell: int = 16,
+               num_items: int = 3, p_same_group: float = 0.5) -> tuple[np.ndarray, str, int, int, list[int]]:
+    """`draw_scene` seen from its target: (uint8 image, texture kind, grid cell, class, box [x0, y0, x1, y1])."""
+    s = draw_scene(images, by_class, rng, size, cell, num_items, p_same_group)
+    top, left, bh, bw = s["boxes"][0]
+    return s["image"], s["kinds"][0], s["cells"][0], s["classes"][0], [left, top, left + bw, top + bh]
 
 
 def generate(out_dir: Path, sizes: dict[str, int], seed: int, image_size: int = 32, num_items: int = 3,
-             p_same_group: float = 0.5, question_key: str = "position", fashion_root: str | Path = FASHION_MNIST_DIR) -> None:
-    """Write the default evidence-VQA folder (images/*.png + {train,val,test}.jsonl) into `out_dir`."""
+             p_same_group: float = 0.5, question_key: str = "position", fashion_root: str | Path = FASHION_MNIST_DIR,
+             min_items: int | None = None, eval_num_items: int | None = None) -> None:
+    """Write the default evidence-VQA folder (images/*.png + {train,val,test}.jsonl) into `out_dir`.
+
+    Training scenes hold between `min_items` (default: `num_items`) and `num_items` items, uniformly; calibration and
+    test scenes hold `eval_num_items` (default: the training range), so the test split can be more cluttered than training.
+    """
     (out_dir / "images").mkdir(parents=True, exist_ok=True)
     sources = {}
     for split, n in sizes.items():
@@ -176,10 +190,13 @@ def generate(out_dir: Path, sizes: dict[str, int], seed: int, image_size: int = 
             sources[source] = images, [np.flatnonzero(labels == c) for c in range(len(FASHION_MNIST_CLASSES))]
         images, by_class = sources[source]
         rng = np.random.default_rng([seed, SPLITS.index(split)])
+        lo, hi = (min_items or num_items, num_items)
+        if split != "train" and eval_num_items is not None:
+            lo = hi = eval_num_items
         with open(out_dir / f"{split}.jsonl", "w") as f:
             for i in range(n):
-                img, kind, cell, cls, box = make_scene(images, by_class, rng, image_size, image_size // 2, num_items,
-                                                       p_same_group)
+                k = hi if lo == hi else int(rng.integers(lo, hi + 1))  # no extra draw for a fixed count
+                img, kind, cell, cls, box = make_scene(images, by_class, rng, image_size, image_size // 2, k, p_same_group)
                 name = f"images/{split}_{i:06d}.png"
                 Image.fromarray(img, mode="L").save(out_dir / name)
                 key = question_key if question_key != "mixed" else ("texture", "position")[int(rng.integers(2))]
@@ -193,9 +210,9 @@ class EvidenceVQA(BaseDataModule):
     """Evidence-annotated VQA (`image`, `question`, `answers`, `evidence_bboxes` jsonl + image folder)."""
 
     default_name = "vea_evidence_vqa"
-    default_version = 1
+    default_version = 2
     content_options = ("num_train", "num_val", "num_test", "generator_seed", "num_items", "p_same_group", "image_size",
-                       "question_key")
+                       "question_key", "min_items", "eval_num_items")
     model_links = {"num_answers": "num_answers", "vocab_size": "vocab_size", "model_image_size": "image_size",
                    "max_question_len": "max_question_len"}
 
@@ -206,9 +223,10 @@ class EvidenceVQA(BaseDataModule):
         return self.image_size
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 64, num_workers: int = 0,
-                 image_size: int = 32, vocab_size: int = 512, max_question_len: int = 8,
+                 image_size: int = 32, vocab_size: int = 512, max_question_len: int = 12,
                  answer_vocab: list[str] | None = None, num_train: int = 6000, num_val: int = 500, num_test: int = 1000,
-                 num_items: int = 3, p_same_group: float = 0.5, question_key: str = "position", generator_seed: int = 0):
+                 num_items: int = 3, p_same_group: float = 0.5, question_key: str = "position", generator_seed: int = 0,
+                 min_items: int | None = None, eval_num_items: int | None = None):
         """
         Args:
             root: Folder with images/ and train/val/test.jsonl; null: the generated default.
@@ -217,7 +235,7 @@ class EvidenceVQA(BaseDataModule):
             num_workers: DataLoader workers.
             image_size: Side the images are resized to (a multiple of the model's patch size).
             vocab_size: Question words hash into this many ids.
-            max_question_len: Question tokens kept (BOS + words + ANSWER, left-padded).
+            max_question_len: Question tokens (BOS + words + ANSWER, left-padded); a longer question is an error.
             answer_vocab: Answer classes; null: Fashion-MNIST's class names for the default data, or the answers of
                 train.jsonl (sorted) for a real root.
             num_train: Generated training questions (default data only).
@@ -227,14 +245,21 @@ class EvidenceVQA(BaseDataModule):
             p_same_group: Probability that the distractors come from the target's confusable class group.
             question_key: How a generated question names its item: position (its cell, document-style), texture, or mixed.
             generator_seed: Seed of the generated default.
+            min_items: Fewest items in a generated training scene (uniform in [min_items, num_items]); null: num_items.
+            eval_num_items: Items per generated calibration / test scene (more than in training: a cluttered test);
+                null: the training range.
         """
         super().__init__(root=root, data_dir=data_dir, batch_size=batch_size, num_workers=num_workers)
         if vocab_size < 8 or max_question_len < 3:
             raise ConfigError("vocab_size must be >= 8 and max_question_len >= 3")
         self.image_size, self.vocab_size, self.max_question_len = image_size, vocab_size, max_question_len
         self.num_train, self.num_val, self.num_test, self.generator_seed = num_train, num_val, num_test, generator_seed
-        if not 1 <= num_items <= 4:
-            raise ConfigError(f"num_items must be 1..4 (one texture each), got {num_items}")
+        for name, n in (("num_items", num_items), ("min_items", min_items), ("eval_num_items", eval_num_items)):
+            if n is not None and not 1 <= n <= 4:
+                raise ConfigError(f"{name} must be 1..4 (one texture and one cell each), got {n}")
+        if min_items is not None and min_items > num_items:
+            raise ConfigError(f"min_items ({min_items}) must not exceed num_items ({num_items})")
+        self.min_items, self.eval_num_items = min_items, eval_num_items
         self.num_items, self.p_same_group, self.question_key = num_items, p_same_group, question_key
         if question_key not in ("position", "texture", "mixed"):
             raise ConfigError(f"question_key must be position | texture | mixed, got {question_key!r}")
@@ -259,11 +284,19 @@ class EvidenceVQA(BaseDataModule):
 
     def generate_default(self, out_dir: Path) -> None:
         generate(out_dir, {"train": self.num_train, "val": self.num_val, "test": self.num_test}, self.generator_seed,
-                 self.image_size, self.num_items, self.p_same_group, self.question_key)
+                 self.image_size, self.num_items, self.p_same_group, self.question_key, min_items=self.min_items,
+                 eval_num_items=self.eval_num_items)
 
     def setup(self, stage: str | None = None) -> None:
-        self.datasets = {s: EvidenceVQADataset(read_split(self.path, s), self.answer_vocab, self.image_size,
-                                               self.vocab_size, self.max_question_len) for s in SPLITS}
+        records = {s: read_split(self.path, s) for s in SPLITS}
+        for s, recs in records.items():
+            longest = max(len(tokenize(r["question"], self.vocab_size, 10**6)) for r in recs)
+            if longest > self.max_question_len:  # cutting words could drop the one that names the item
+                raise ConfigError(f"{self.path / s}.jsonl holds a question of {longest} tokens (BOS + words + ANSWER) but "
+                                  f"max_question_len is {self.max_question_len}; set data.init_args.max_question_len "
+                                  f">= {longest}")
+        self.datasets = {s: EvidenceVQADataset(recs, self.answer_vocab, self.image_size, self.vocab_size,
+                                               self.max_question_len) for s, recs in records.items()}
 
     def train_dataloader(self):
         return ResumableDataLoader(self.datasets["train"], batch_size=self.batch_size, shuffle=True,

@@ -1,4 +1,6 @@
-"""A compact LLaVA-shaped VLM: timm ViT patch encoder -> MLP projector -> small causal decoder over [image; question].
+"""A compact LLaVA-shaped VLM: timm ViT patch encoder -> MLP projector -> small causal decoder over [image; question]
+(LLaVA's order) or [question; image; ANSWER] (`question_first`: the question is read before the image, so the lookup of
+the asked item can only happen at the ANSWER position, which is where the paper reads attention).
 
 The decoder's attention is computed explicitly (softmax(QK^T / sqrt(d) + causal mask)), so the forward pass can return, for
 every layer, the head-averaged attention row of the last position (the ANSWER query token, where the answer is read out)
@@ -45,7 +47,7 @@ class DecoderLayer(nn.Module):
 class CompactVLM(nn.Module):
     def __init__(self, num_answers: int, vocab_size: int, image_size: int = 32, patch_size: int = 8, in_chans: int = 1,
                  vision_dim: int = 48, vision_depth: int = 1, vision_heads: int = 2, dim: int = 64, depth: int = 4,
-                 heads: int = 4, mlp_ratio: int = 2, max_question_len: int = 8):
+                 heads: int = 4, mlp_ratio: int = 2, max_question_len: int = 8, question_first: bool = False):
         """
         Args:
             num_answers: Answer classes.
@@ -57,6 +59,9 @@ class CompactVLM(nn.Module):
             dim / depth / heads: decoder width, layers and heads.
             mlp_ratio: decoder MLP width / dim.
             max_question_len: Longest question (position embeddings).
+            question_first: Sequence [question; image; ANSWER] ("<question> <image>" prompts) instead of
+                [image; question; ANSWER]: image tokens then see the question and the question tokens cannot see the
+                image, so the lookup of the asked item happens at the ANSWER position, where the analysis reads attention.
         """
         super().__init__()
         import timm
@@ -76,22 +81,30 @@ class CompactVLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, mlp_ratio) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_answers)
+        self.question_first = question_first
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, return_attention: bool = False) -> VLMOutput:
         img = self.projector(self.vision.forward_features(x))  # (B, N, dim)
-        h = torch.cat([img, self.embed(q)], dim=1)
+        n, lq = img.shape[1], q.shape[1]
+        # `order`: sequence position -> index in [image; question] (the layout of the returned attention rows)
+        if self.question_first:
+            order = torch.cat([torch.arange(n, n + lq - 1), torch.arange(n), torch.tensor([n + lq - 1])]).to(x.device)
+        else:
+            order = torch.arange(n + lq, device=x.device)
+        h = torch.cat([img, self.embed(q)], dim=1)[:, order]
         t = h.shape[1]
         h = h + self.pos[:, :t]
         # causal mask, plus: no query attends to left padding of the question
         causal = torch.full((t, t), float("-inf"), device=h.device).triu(1)
-        pad = torch.cat([q.new_zeros(q.shape[0], img.shape[1], dtype=torch.bool), q == PAD], 1)
+        pad = torch.cat([q.new_zeros(q.shape[0], n, dtype=torch.bool), q == PAD], 1)[:, order]
         mask = causal[None, None] + torch.where(pad, float("-inf"), 0.0)[:, None, None, :]
         mask = mask.masked_fill(torch.eye(t, dtype=torch.bool, device=h.device), 0.0)  # every row keeps itself
         rows = []
         for layer in self.layers:
             h, probs = layer(h, mask)
             if return_attention:
-                rows.append(probs[:, :, -1].mean(1))  # last position, mean over heads: (B, T)
+                row = probs[:, :, -1].mean(1)  # last position, mean over heads: (B, T), sequence order
+                rows.append(torch.empty_like(row).index_copy_(1, order, row))  # -> [image; question] order
         logits = self.head(self.norm(h[:, -1]))
         att = torch.stack(rows, 1) if return_attention else None
         return VLMOutput(logits, att, self.num_image_tokens)

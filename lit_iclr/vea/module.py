@@ -12,10 +12,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_iclr.core import BaseModule
 
-from . import analysis
+from . import analysis, pretrain
 from .model import CompactVLM
 
 
@@ -25,7 +26,8 @@ class VEAModule(BaseModule):
                  max_question_len: int = 8, num_layers: int = 2, top_frac: float = 0.25, smooth_sigma: float = 0.5,
                  edge_sigma: float = 1.5, gamma: float = 0.3, context: str = "blur", context_sigma: float = 2.0,
                  min_overlap: float = 0.5, variants: list[str] = analysis.VARIANTS, control_seed: int = 0,
-                 one_cycle: bool = True,
+                 one_cycle: bool = True, vision_pretrain_steps: int = 0, vision_pretrain_seed: int = 0,
+                 freeze_vision: bool = False, vision_cache: str | None = "data/vea_vision", question_first: bool = False,
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)):
         """
         Args:
@@ -51,6 +53,13 @@ class VEAModule(BaseModule):
             control_seed: Seed of the random-layer and random-mask controls.
             one_cycle: One-cycle learning-rate schedule over the whole run (warm-up to the optimizer's lr, then anneal),
                 stepped per batch; false: the optimizer's constant lr.
+            vision_pretrain_steps: Steps of patch-level item-classification pretraining of the vision tower before fit
+                (`pretrain.py`; 0: the tower trains from scratch with the rest).
+            vision_pretrain_seed: Seed of that pretraining (its scenes, initialisation and batches).
+            freeze_vision: Keep the (pretrained) vision tower fixed while the projector and decoder learn the VQA task.
+            vision_cache: Folder of cached pretrained towers (keyed by architecture, settings and seed); null: no cache.
+            question_first: Sequence [question; image; ANSWER] instead of [image; question; ANSWER] (image tokens see the
+                question, question tokens cannot see the image: the lookup happens at the ANSWER position).
             optimizer: Optimizer of the compact VLM.
         """
         super().__init__()
@@ -58,11 +67,22 @@ class VEAModule(BaseModule):
         self.optimizer = optimizer
         self.image_size = image_size
         self.vlm = CompactVLM(num_answers, vocab_size, image_size, patch_size, 1, vision_dim, vision_depth, 2, dim, depth,
-                              heads, 2, max_question_len)
+                              heads, 2, max_question_len, question_first)
         self.cfg = analysis.VEAConfig(num_layers, top_frac, smooth_sigma, edge_sigma, gamma, context, context_sigma,
                                       min_overlap, tuple(variants))
         self.register_buffer("layer_auroc", torch.full((depth,), float("nan")))
+        if freeze_vision:
+            self.vlm.vision.requires_grad_(False)
         self.test_results: dict = {}
+        self.vision_item_acc = float("nan")  # held-out item accuracy of the pretrained tower (fit only)
+
+    def setup(self, stage: str) -> None:
+        # before Lightning restores a checkpoint (which then overwrites these weights on resume)
+        if stage == "fit" and self.hparams.vision_pretrain_steps > 0:
+            res = pretrain.pretrained_vision(self.vlm.vision, self.hparams.vision_cache, self.image_size, self.vlm.grid,
+                                             self.hparams.vision_pretrain_steps, self.hparams.vision_pretrain_seed)
+            self.vision_item_acc = res["item_acc"]
+            rank_zero_info(f"vision tower pretrained: held-out item accuracy {self.vision_item_acc:.3f}")
 
     def training_step(self, batch, batch_idx):
         out = self.vlm(batch["x"], batch["q"])
@@ -77,7 +97,7 @@ class VEAModule(BaseModule):
                  batch_size=len(batch["x"]))
 
     def configure_optimizers(self):
-        opt = self.optimizer(self.parameters())
+        opt = self.optimizer([p for p in self.parameters() if p.requires_grad])
         if not self.hparams.one_cycle:
             return opt
         # short CPU runs learn the binding of question and cell much sooner with warm-up + annealing than at a constant lr

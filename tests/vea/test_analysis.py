@@ -47,3 +47,35 @@ def test_full_retention_makes_every_mask_variant_equal_the_plain_answer():
     wrong = ~first["correct"]
     if wrong.any():
         assert res["sbnb_rate"] == var["profiled_hit"][wrong].float().mean().item()
+
+
+def test_question_first_layout_reorders_rows_and_hides_the_image_from_the_question():
+    torch.manual_seed(2)
+    vlm = CompactVLM(5, 64, image_size=32, dim=16, depth=2, heads=2, vision_dim=16, question_first=True).eval()
+    b = batch(3)
+    att = vlm(b["x"], b["q"], return_attention=True).answer_attention  # (B, L, 16 image + 8 question)
+    torch.testing.assert_close(att.sum(-1), torch.ones(3, 2))
+    assert (att[..., 16:18] == 0).all()  # the padding columns, in [image; question] order
+    # independent layer-0 row: build the sequence [question without ANSWER; image; ANSWER] by hand
+    img = vlm.projector(vlm.vision.forward_features(b["x"]))
+    emb = vlm.embed(b["q"])
+    h = torch.cat([emb[:, :-1], img, emb[:, -1:]], 1) + vlm.pos[:, :24]
+    layer = vlm.layers[0]
+    q, k, _ = layer.qkv(layer.norm1(h)).view(3, 24, 3, 2, 8).permute(2, 0, 3, 1, 4)
+    scores = (q[:, :, -1:] @ k.transpose(-1, -2)).squeeze(2) / 8**0.5  # (B, H, T): the last (ANSWER) query
+    scores = scores.masked_fill((torch.cat([b["q"][:, :-1], torch.ones(3, 17, dtype=torch.long)], 1) == PAD)[:, None],
+                                float("-inf"))
+    want = scores.softmax(-1).mean(1)
+    torch.testing.assert_close(att[:, 0, :16], want[:, 7:23])  # image columns
+    torch.testing.assert_close(att[:, 0, 16:23], want[:, :7])  # question columns
+    # the question tokens cannot see the image: changing the image leaves the question-token states unchanged
+    feats = []
+
+    def keep(module, inputs, output):  # returns None: the layer's output is unchanged
+        feats.append(output[0])
+
+    vlm.layers[0].register_forward_hook(keep)
+    vlm(b["x"], b["q"])
+    vlm(b["x"].flip(-1), b["q"])
+    torch.testing.assert_close(feats[0][:, :7], feats[1][:, :7])
+    assert not torch.allclose(feats[0][:, -1], feats[1][:, -1])

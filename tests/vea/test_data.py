@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
+from lit_iclr.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from lit_iclr.vea.data import ANSWER, BOS, POSITION_WORDS, EvidenceVQA, read_split, tokenize
 
 
@@ -84,3 +84,34 @@ def test_generated_default_puts_the_answer_item_in_its_evidence_box(tmp_path):
     dm2.prepare_data()
     first = read_split(dm2.path, "test")[0]
     assert np.array_equal(np.asarray(Image.open(first["image"])), np.asarray(Image.open(recs[0]["image"])))
+
+
+def count_items(path):
+    """Cells of the 2x2 grid whose centre holds an item (jitter moves items at most 2 px into a neighbour cell)."""
+    img = np.asarray(Image.open(path))
+    return sum(int(img[r * 16 + 3:r * 16 + 13, c * 16 + 3:c * 16 + 13].max() > 0) for r in range(2) for c in range(2))
+
+
+def test_training_scenes_hold_a_range_of_items_and_test_scenes_more(tmp_path):
+    dm = EvidenceVQA(data_dir=str(tmp_path), num_train=40, num_val=6, num_test=10, num_items=2, min_items=1,
+                     eval_num_items=4)
+    dm.prepare_data()
+    train = {count_items(r["image"]) for r in read_split(dm.path, "train")}
+    assert train == {1, 2}
+    assert {count_items(r["image"]) for s in ("val", "test") for r in read_split(dm.path, s)} == {4}
+    other = EvidenceVQA(data_dir=str(tmp_path), num_train=40, num_val=6, num_test=10, num_items=2, min_items=1)
+    assert other.path != dm.path  # the clutter options key the generated folder
+
+
+def test_item_count_options_are_checked():
+    with pytest.raises(ConfigError, match="min_items"):
+        EvidenceVQA(num_items=2, min_items=3)
+    with pytest.raises(ConfigError, match="eval_num_items"):
+        EvidenceVQA(eval_num_items=5)
+
+
+def test_a_question_longer_than_max_question_len_is_an_error(tmp_path):
+    write_root(tmp_path, [{**GOOD, "question": "which garment is at the top left ?"}])  # BOS + 8 words + ANSWER
+    with pytest.raises(ConfigError, match="question of 10 tokens.*max_question_len >= 10"):
+        EvidenceVQA(root=str(tmp_path), max_question_len=8).setup()
+    EvidenceVQA(root=str(tmp_path), max_question_len=10).setup()
