@@ -70,9 +70,9 @@ class NuScenesAsync(BaseDataModule):
     """nuScenes (v1.0-mini / v1.0-trainval layout) read by nuscenes-devkit, with asynchronous sensor inputs."""
 
     default_name = "nuscenes-asyncbev"
-    default_version = 1
-    content_options = ("num_train_scenes", "num_val_scenes", "scene_seconds", "image_width", "image_height",
-                       "generator_seed")
+    default_version = 2  # 2: objects_per_scene / moving_share / meet_ego options
+    content_options = ("num_train_scenes", "num_val_scenes", "scene_seconds", "objects_per_scene", "moving_share",
+                       "meet_ego", "image_width", "image_height", "generator_seed")
     model_links = {"num_classes": "num_classes", "model_image_size": "image_size"}
 
     @property
@@ -85,7 +85,8 @@ class NuScenesAsync(BaseDataModule):
                  version: str = "v1.0-mini", train_split: str = "mini_train", val_split: str = "mini_val",
                  delayed: str = "lidar", val_offset: float = 0.5, num_sweeps: int = 3, max_points: int = 12000,
                  max_lidar_sweeps: int = 12, max_camera_frames: int = 8, num_train_scenes: int = 8,
-                 num_val_scenes: int = 2, scene_seconds: float = 4.0, image_width: int = 64, image_height: int = 40,
+                 num_val_scenes: int = 2, scene_seconds: float = 4.0, objects_per_scene: int = 24,
+                 moving_share: float = 0.6, meet_ego: bool = False, image_width: int = 64, image_height: int = 40,
                  generator_seed: int = 0, seed: int = 0):
         """
         Args:
@@ -105,6 +106,10 @@ class NuScenesAsync(BaseDataModule):
             num_train_scenes: Default generator: scenes in mini_train (at most 8).
             num_val_scenes: Default generator: scenes in mini_val (at most 2).
             scene_seconds: Default generator: length of each scene.
+            objects_per_scene: Default generator: cars, trucks, pedestrians and cyclists per scene.
+            moving_share: Default generator: share of the objects that move (at their class's speeds).
+            meet_ego: Default generator: place every moving object near the ego at a random time of the scene (true),
+                or anywhere along the ego path at the start (false; moving objects then leave long scenes early).
             image_width: Default generator: camera image width (pixels).
             image_height: Default generator: camera image height (pixels).
             generator_seed: Seed of the default generator.
@@ -115,6 +120,7 @@ class NuScenesAsync(BaseDataModule):
         self.delayed, self.val_offset, self.num_sweeps, self.max_points = delayed, val_offset, num_sweeps, max_points
         self.max_lidar_sweeps, self.max_camera_frames = max_lidar_sweeps, max_camera_frames
         self.num_train_scenes, self.num_val_scenes, self.scene_seconds = num_train_scenes, num_val_scenes, scene_seconds
+        self.objects_per_scene, self.moving_share, self.meet_ego = objects_per_scene, moving_share, meet_ego
         self.image_width, self.image_height, self.generator_seed, self.seed = image_width, image_height, generator_seed, seed
         self.num_classes = len(DETECTION_CLASSES)
         self.image_size = (image_height, image_width)
@@ -122,8 +128,10 @@ class NuScenesAsync(BaseDataModule):
 
     def generate_default(self, out_dir: Path) -> None:
         generate_world(out_dir, WorldConfig(num_train_scenes=self.num_train_scenes, num_val_scenes=self.num_val_scenes,
-                                            scene_seconds=self.scene_seconds, image_width=self.image_width,
-                                            image_height=self.image_height, seed=self.generator_seed), self.version)
+                                            scene_seconds=self.scene_seconds, objects_per_scene=self.objects_per_scene,
+                                            moving_share=self.moving_share, meet_ego=self.meet_ego,
+                                            image_width=self.image_width, image_height=self.image_height,
+                                            seed=self.generator_seed), self.version)
 
     def describe(self) -> str:
         return (f"nuScenes {self.version} at {self.path} (splits {self.train_split}/{self.val_split}); "

@@ -26,7 +26,7 @@ class AsyncBEV(BaseModule):
                  flow_depth: int = 1, use_time_code: bool = True, use_position_code: bool = True,
                  compensation: str = "asyncbev", flow_loss_weight: float = 0.2, reg_loss_weight: float = 0.25,
                  detector_checkpoint: str | None = None, freeze_detector: bool = False, top_k: int = 100,
-                 optimizer: OptimizerCallable = torch.optim.AdamW):
+                 val_baselines: list[str] | None = None, optimizer: OptimizerCallable = torch.optim.AdamW):
         """
         Args:
             num_classes: Detection classes (from the data).
@@ -45,20 +45,24 @@ class AsyncBEV(BaseModule):
             detector_checkpoint: Weights of a trained detector (a Lightning checkpoint, read with weights_only=True).
             freeze_detector: Train only the AsyncBEV module (the paper starts from the synchronous detector, frozen).
             top_k: Boxes kept per sample when decoding.
+            val_baselines: Compensations also scored in validation on the same weights and batches (e.g. [emc]):
+                logged as val/<split>_<metric>/<compensation> next to the model's own (val/<split>_<metric> and
+                val/<split>_<metric>/<its compensation>).
             optimizer: Optimizer factory.
         """
         super().__init__()
-        if compensation not in COMPENSATIONS:
-            raise ConfigError(f"compensation must be one of {COMPENSATIONS}, got {compensation!r}")
+        for c in [compensation, *(val_baselines or [])]:
+            if c not in COMPENSATIONS:
+                raise ConfigError(f"compensation and val_baselines must be among {COMPENSATIONS}, got {c!r}")
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
         self.compensation, self.flow_loss_weight, self.reg_loss_weight = compensation, flow_loss_weight, reg_loss_weight
-        self.top_k, self.freeze_detector = top_k, freeze_detector
+        self.top_k, self.freeze_detector, self.val_baselines = top_k, freeze_detector, list(val_baselines or [])
         self.net = BEVFusionDetector(num_classes, half_range, grid_size, channels, image_backbone, tuple(image_size),
                                      flow_base, flow_depth, use_time_code, use_position_code)
         if detector_checkpoint is not None:
             self.load_detector(detector_checkpoint)
-        self._val_results: dict[str, list[dict]] = {}
+        self._val_results: dict[str | None, dict[str, list[dict]]] = {}  # compensation (None: the model's) -> boxes
 
     # ------------------------------------------------------------------ weights
     def load_detector(self, path: str) -> None:
@@ -142,17 +146,28 @@ class AsyncBEV(BaseModule):
     def validation_step(self, batch, batch_idx):
         logs = self.losses(batch)
         self.log_dict({f"val/{k}": v for k, v in logs.items()}, batch_size=len(batch["dt"]))
-        self._val_results.update(self.predict_boxes(batch))
+        for comp in [None, *self.val_baselines]:
+            self._val_results.setdefault(comp, {}).update(self.predict_boxes(batch, comp))
 
     def on_validation_epoch_end(self) -> None:
         dm = getattr(self.trainer, "datamodule", None)
-        results, self._val_results = self._val_results, {}
+        all_results, self._val_results = self._val_results, {}
         if self.trainer.sanity_checking or dm is None or getattr(dm, "reader", None) is None:
             return
-        if set(results) != set(dm.val_tokens):  # limit_val_batches: the devkit needs every sample of the split
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            path = write_results(Path(tmp) / "results_nusc.json", results)
-            m = nuscenes_metrics(dm.reader.nusc, path, dm.val_split, tmp)
-        for split, vals in m.items():
-            self.log_dict({f"val/{split}_{k}": float(v) for k, v in vals.items() if k in ("NDS", "mAP", "mAVE", "mATE")})
+        for comp, results in all_results.items():
+            if set(results) != set(dm.val_tokens):  # limit_val_batches: the devkit needs every sample of the split
+                return
+            with tempfile.TemporaryDirectory() as tmp:
+                path = write_results(Path(tmp) / "results_nusc.json", results)
+                m = nuscenes_metrics(dm.reader.nusc, path, dm.val_split, tmp, class_range=self.net.grid.half_range)
+            for split, vals in m.items():
+                vals = {f"val/{split}_{k}": float(v) for k, v in vals.items() if k in ("NDS", "mAP", "mAVE", "mATE")}
+                # val/<metric>/<compensation> puts the model and its baselines side by side in the run summary; the
+                # model's own metrics are also logged without the suffix (what checkpoint monitors name)
+                self.log_dict({f"{k}/{comp or self.compensation}": v for k, v in vals.items()})
+                if comp is None:
+                    self.log_dict(vals)
+
+    def summary_metrics(self):
+        return ("{stage}/dynamic_NDS/*", "{stage}/dynamic_mAP/*", "{stage}/all_NDS/*", "{stage}/all_mAP/*",
+                "{stage}/loss_flow")

@@ -50,6 +50,7 @@ class WorldConfig:
     scene_seconds: float = 4.0
     objects_per_scene: int = 24
     moving_share: float = 0.6
+    meet_ego: bool = False
     beams: int = 32
     azimuth_steps: int = 90
     image_width: int = 64
@@ -78,19 +79,29 @@ def _objects(rng: np.random.Generator, cfg: WorldConfig, ego_speed: float, yaw_r
     for _ in range(cfg.objects_per_scene):
         name = names[rng.choice(4, p=probs)]
         _, size, speeds, _, _ = CLASSES[name]
-        s = rng.uniform(-15.0, ego_speed * cfg.scene_seconds + 20.0)  # arc position along the ego path
+        # t_ref: the time at which the object sits at arc position s. With `meet_ego` a moving object is placed near the
+        # ego at a random time of the scene (so long scenes keep moving objects in view instead of losing them early)
+        moving = rng.random() < cfg.moving_share if cfg.meet_ego else None
+        t_ref = 0.0
+        if moving:
+            t_ref = rng.uniform(0.0, cfg.scene_seconds)
+            s = ego_speed * t_ref + rng.uniform(-15.0, 20.0)
+        else:
+            s = rng.uniform(-15.0, ego_speed * cfg.scene_seconds + 20.0)  # arc position along the ego path
         ex, ey, eyaw = _ego_pose(np.array(s / max(ego_speed, 1e-3)), ego_speed, yaw_rate, yaw0)
         side = rng.choice([-1.0, 1.0])
         lateral = side * (rng.uniform(2.5, 6.0) if name in ("car", "truck") else rng.uniform(5.0, 12.0))
         x = float(ex) - np.sin(eyaw) * lateral
         y = float(ey) + np.cos(eyaw) * lateral
-        moving = rng.random() < cfg.moving_share
+        if moving is None:  # drawn here without meet_ego: the worlds generated before that option stay unchanged
+            moving = rng.random() < cfg.moving_share
         if name in ("car", "truck"):
             heading = float(eyaw) + (0.0 if side < 0 else np.pi)  # drive on the right-hand lanes
         else:
             heading = float(eyaw) + rng.choice([0.0, np.pi, np.pi / 2, -np.pi / 2]) + rng.normal(0, 0.2)
         speed = rng.uniform(*speeds) if moving else 0.0
         vel = speed * np.array([np.cos(heading), np.sin(heading)])
+        x, y = x - vel[0] * t_ref, y - vel[1] * t_ref  # position at t = 0
         out.append(dict(name=name, size=size, p0=np.array([x, y, size[2] / 2]), vel=vel, yaw=heading, moving=moving))
     return out
 

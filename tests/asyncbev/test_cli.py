@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from tests.twin import fit_twin, metric_rows, print_config
 
 
@@ -15,10 +17,15 @@ def test_tiny_twin_fits_and_evaluates_through_the_cli(tmp_path):
     assert flow and flow[-1] > 0  # 0.5 s offset: the moving objects give a non-zero flow target
     nds = [float(r["val/all_NDS"]) for r in rows if r.get("val/all_NDS")]
     assert nds and 0.0 <= nds[-1] <= 1.0  # nuscenes-devkit ran on the whole mini_val split
+    emc = [float(r["val/dynamic_NDS/emc"]) for r in rows if r.get("val/dynamic_NDS/emc")]
+    assert emc and 0.0 <= emc[-1] <= 1.0  # the EMC baseline scored on the same weights (val_baselines)
+    own = [(r["val/dynamic_NDS"], r["val/dynamic_NDS/asyncbev"]) for r in rows if r.get("val/dynamic_NDS")]
+    assert own and own[-1][0] == own[-1][1]  # the model's own metric under both names
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
 
 
-def test_real_config_parses(capsys):
-    out = print_config("configs/asyncbev.yaml", capsys)
+@pytest.mark.parametrize("config", ["configs/asyncbev.yaml", "configs/asyncbev_full.yaml"])
+def test_real_configs_parse(config, capsys):
+    out = print_config(config, capsys)
     assert "lit_iclr.asyncbev.AsyncBEV" in out and "NuScenesAsync" in out and "compensation: asyncbev" in out
     assert "num_classes" not in out.split("data:")[0].split("init_args:")[1]  # linked from the data
