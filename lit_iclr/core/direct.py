@@ -133,7 +133,21 @@ _AUTOMATIC = {"_make_backward_fn": _make_backward_fn, "_make_zero_grad_fn": _mak
               "_optimizer_step": _optimizer_step}
 
 
-class DirectOptimization(Callback):
+class _PerFitPatch(Callback):
+    """Patches made at train start, undone when the fit ends or fails (`_restore`)."""
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._restore(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._restore(trainer, pl_module)
+
+    @staticmethod
+    def _restore(trainer, pl_module) -> None:
+        raise NotImplementedError
+
+
+class DirectOptimization(_PerFitPatch):
     """Per fit: when `wrappers_are_no_ops`, the optimisation calls go straight to PyTorch (see the module docstring).
     `reason` tells why not, when not."""
 
@@ -156,12 +170,6 @@ class DirectOptimization(Callback):
                 setattr(loop, name, MethodType(_AUTOMATIC[name], loop))
             else:
                 loop.__dict__.pop(name, None)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self._restore(trainer, pl_module)
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self._restore(trainer, pl_module)
 
     @staticmethod
     def _restore(trainer, pl_module) -> None:
@@ -216,7 +224,7 @@ def _call_callback_hooks(trainer, hook_name: str, *args: Any, monitoring_callbac
 call._call_callback_hooks = _call_callback_hooks  # the loops call it through the module: one dispatch for all Trainers
 
 
-class DirectBatches(Callback):
+class DirectBatches(_PerFitPatch):
     """Per fit: the training step's signature is read once, and the batch-transfer hooks are skipped on one CPU device
     when they are no-ops (see the module docstring). `reason` tells why the hooks are kept, when they are."""
 
@@ -241,12 +249,6 @@ class DirectBatches(Callback):
         if self.reason is None:
             pl_module.__dict__["_on_before_batch_transfer"] = _unchanged
             trainer.strategy.batch_to_device = _unchanged
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self._restore(trainer, pl_module)
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self._restore(trainer, pl_module)
 
     @staticmethod
     def _restore(trainer, pl_module) -> None:
