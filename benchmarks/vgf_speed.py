@@ -84,7 +84,7 @@ def official_worker(setting: str, data: str, repo: str) -> None:
     serve(run)
 
 
-def project_worker(setting: str, data: str, side: str, compile_update: bool) -> None:
+def project_worker(setting: str, data: str, side: str, compile_update: bool, compile_mode: str = "default") -> None:
     """Serves timed blocks of the project's update: `plain` (no Lightning) or `fit` (the CLI's Trainer)."""
     import torch
 
@@ -96,6 +96,8 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool) -> 
     model_args = dict(actor_hidden=list(hidden), critic_hidden=list(hidden), num_particles=particles,
                       bc_flow_steps=flow_steps, train_flow_steps=transport_steps, value_q_agg="mean",
                       compile_update=compile_update, **FLOW)
+    if compile_mode != "default":  # torch.compile's mode, e.g. max-autotune-no-cudagraphs (inductor's CPU GEMM templates)
+        model_args["compile_options"] = {"mode": compile_mode}
     if side == "plain":
         serve(plain_runner(model_args, data, batch))
     else:
@@ -110,7 +112,8 @@ def plain_runner(model_args: dict, data: str, batch: int):
     sample = Sampler(data, batch)
     ex = sample()
     model = VGF(obs_dim=ex["observations"].shape[1], action_dim=ex["actions"].shape[1], **model_args)
-    losses = torch.compile(model.update_losses) if model_args["compile_update"] else model.update_losses
+    losses = (torch.compile(model.update_losses, **model_args.get("compile_options", {})) if model_args["compile_update"]
+              else model.update_losses)
     opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, fused=True)  # as configs/vgf_cube.yaml
     opt_critic = torch.optim.Adam(model.critic.parameters(), lr=3e-4, fused=True)
     gen = torch.Generator()
@@ -249,6 +252,9 @@ def main() -> None:
                    help="the project's compile_update (both: the fit side eager and compiled, the plain side eager)")
     p.add_argument("--no-fit", action="store_true", help="skip the cli.py fit side")
     p.add_argument("--core", type=int, default=1, help="pin every side to this CPU core (-1: no pinning)")
+    p.add_argument("--compile-mode", default="default",
+                   help="torch.compile mode of the project's update (max-autotune-no-cudagraphs: inductor's CPU GEMM "
+                        "templates, a longer compile)")
     p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -256,7 +262,7 @@ def main() -> None:
         if kind == "official":
             official_worker(setting, data, rest[0])
         else:
-            project_worker(setting, data, rest[0], rest[1] == "1")
+            project_worker(setting, data, rest[0], rest[1] == "1", rest[2])
         return
     tmp = Path(tempfile.mkdtemp(prefix="vgf_speed_"))
     data = str(shared_transitions(tmp / "transitions.npz"))
@@ -270,9 +276,9 @@ def main() -> None:
         for c in compiles:
             tag = "compiled" if c == "1" else "eager"
             if c == "0" or args.compile == "on":
-                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c, core=core)
+                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c, args.compile_mode, core=core)
             if not args.no_fit:
-                sides[f"fit-{tag}"] = Worker(sys.executable, "project", setting, data, "fit", c, core=core)
+                sides[f"fit-{tag}"] = Worker(sys.executable, "project", setting, data, "fit", c, args.compile_mode, core=core)
         res = measure(setting, sides, steps, args.repeats)
         for w in sides.values():
             w.close()
