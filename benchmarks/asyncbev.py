@@ -454,7 +454,9 @@ def main():
                 continue
             all_res[s] = run_seed(s, args)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({s: all_res[s]}, indent=1))
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({s: all_res[s]}, indent=1))
+            tmp.rename(path)  # complete files only: a resumed run never reads a half-written seed
     print(table(all_res, args))
 
 
