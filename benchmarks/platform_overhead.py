@@ -8,9 +8,11 @@ with the CSV logger, with a progress bar (the platform's line bar for logs; tqdm
 /dev/null), and the same step by manual optimisation (`manual_backward` + `opt.step()`, which the platform's Trainer sends
 straight to PyTorch when Lightning's wrappers would do nothing: `lit_iclr/core/direct.py`). Two ratios: the whole run
 (`trainer.fit` includes its setup and teardown, a fixed cost per fit) and per step (end of the first step to the end of
-the last, the cost every step pays).
+the last, the cost every step pays), the latter also as the mean of the per-repeat ratios (each Trainer run against the
+plain loop of the same repeat) with its paired 95% confidence interval. The process is pinned to one core (`--core`):
+on a 2-core machine, migrations between the cores and the sibling's load moved identical runs by +-15 %.
 
-    .venv/bin/python benchmarks/platform_overhead.py [--steps 300] [--repeats 3] [--widths 512,1024]
+    .venv/bin/python benchmarks/platform_overhead.py [--steps 300] [--repeats 3] [--widths 512,1024] [--variants default]
 
 (Not named `platform.py`: in benchmarks/ that name would shadow the standard library's `platform` module for every
 benchmark script, since a script's folder comes first on sys.path.)
@@ -32,6 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lit_iclr.core.loggers import RunCSVLogger
 from lit_iclr.core.module import BaseModule
 from lit_iclr.core.progress import LineProgressBar
+from lit_iclr.core.stats import paired_ci
 from lit_iclr.core.trainer import Trainer
 
 
@@ -87,6 +90,7 @@ def plain(steps: int, batch: int, width: int) -> tuple[float, float]:
     return end - t, end - first
 
 
+DEFAULT = "trainer, log_train + csv + line bar"  # what a `cli.py fit` of a method runs (log_train, CSV, line bar)
 VARIANTS = {  # name: (self.log every step, CSV logger, progress bar, manual optimisation)
     "trainer, self.log every step": (True, True, None, False),
     "trainer, log_train": (False, False, None, False),
@@ -130,29 +134,41 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--widths", default="512,1024", help="comma-separated hidden widths (step cost grows with width)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--variants", default="all", help=f"comma-separated Trainer variants, `all`, or `default` ({DEFAULT})")
+    p.add_argument("--core", type=int, default=1, help="pin the process to this CPU core (-1: no pinning)")
     args = p.parse_args()
+    variants = {"all": list(VARIANTS), "default": [DEFAULT]}.get(args.variants, args.variants.split(","))
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    if args.core >= 0:
+        os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(1)
-    for variant in VARIANTS:
+    for variant in variants:
         lightning(20, args.batch, 64, variant)  # warm-up: imports, first-call costs
     rows = []
     for width in (int(w) for w in args.widths.split(",")):
-        times: dict[str, list[tuple[float, float]]] = {"plain": [], **{v: [] for v in VARIANTS}}
+        times: dict[str, list[tuple[float, float]]] = {"plain": [], **{v: [] for v in variants}}
         for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
             times["plain"].append(plain(args.steps, args.batch, width))
-            for variant in VARIANTS:
+            for variant in variants:
                 times[variant].append(lightning(args.steps, args.batch, width, variant))
         base = statistics.median(t[0] for t in times["plain"])
         base_step = statistics.median(t[1] for t in times["plain"])
         for name, ts in times.items():
             med = statistics.median(t[0] for t in ts)
             step = statistics.median(t[1] for t in ts)
+            ratios = [t[1] / b[1] for t, b in zip(ts, times["plain"], strict=True)]  # paired by repeat
+            ci = paired_ci(ratios, [1.0] * len(ratios))
+            paired = "1" if name == "plain" else f"{1 + ci.mean:.3f} [{1 + ci.low:.3f}, {1 + ci.high:.3f}]"
             rows.append(f"| {width} | {name} | {med:.3f} | {med / base:.3f} | {1000 * step / (args.steps - 1):.2f} | "
-                        f"{step / base_step:.3f} |")
-    print(f"\n{args.steps} steps, batch {args.batch}, 3-layer MLP, AdamW, 1 thread, median of {args.repeats} interleaved "
-          "repeats (CPU time); log_every_n_steps 50. Whole run: the loop, or `trainer.fit` with its setup and teardown; "
-          "per step: from the end of the first step to the end of the last\n")
-    print("| MLP width | loop | whole run: median CPU s | ratio | per step: median CPU ms | ratio vs plain PyTorch |")
-    print("|---|---|---|---|---|---|")
+                        f"{step / base_step:.3f} | {paired} |")
+    print(f"\n{args.steps} steps, batch {args.batch}, 3-layer MLP, AdamW, 1 thread on core {args.core}, median of "
+          f"{args.repeats} interleaved repeats (CPU time); log_every_n_steps 50. Whole run: the loop, or `trainer.fit` "
+          "with its setup and teardown; per step: from the end of the first step to the end of the last\n")
+    print("| MLP width | loop | whole run: median CPU s | ratio | per step: median CPU ms | ratio vs plain PyTorch | "
+          "per step: mean of paired ratios [95% CI] |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

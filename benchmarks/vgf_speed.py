@@ -107,15 +107,21 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool, com
 def plain_runner(model_args: dict, data: str, batch: int):
     import torch
 
-    from lit_iclr.vgf.module import VGF, polyak
+    from lit_iclr.core.host_memory import keep_freed_host_memory
+    from lit_iclr.vgf.module import VGF
 
+    keep_freed_host_memory()  # as the platform's Trainer does (the fit side gets it there)
     sample = Sampler(data, batch)
     ex = sample()
     model = VGF(obs_dim=ex["observations"].shape[1], action_dim=ex["actions"].shape[1], **model_args)
-    losses = (torch.compile(model.update_losses, **model_args.get("compile_options", {})) if model_args["compile_update"]
-              else model.update_losses)
-    opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, fused=True)  # as configs/vgf_cube.yaml
-    opt_critic = torch.optim.Adam(model.critic.parameters(), lr=3e-4, fused=True)
+    compiled = model_args["compile_update"]
+    compile_kw = model_args.get("compile_options", {})
+    losses = torch.compile(model.update_losses, **compile_kw) if compiled else model.update_losses
+    apply = torch.compile(model.apply_updates, **compile_kw) if compiled else model.apply_updates
+    # as configs/vgf_cube.yaml (fused), or as VGF with compile_update (foreach, traced into the compiled apply_updates)
+    kind = {"foreach": True} if compiled else {"fused": True}
+    opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, **kind)
+    opt_critic = torch.optim.Adam(model.critic.parameters(), lr=3e-4, **kind)
     gen = torch.Generator()
 
     def run(steps: int) -> tuple[float, float]:
@@ -126,9 +132,7 @@ def plain_runner(model_args: dict, data: str, batch: int):
             opt_critic.zero_grad()
             opt_actor.zero_grad()
             (out["critic_loss"] + out["bc_loss"]).backward()
-            opt_critic.step()
-            polyak(model.target_critic, model.critic, model.hparams.tau)
-            opt_actor.step()
+            apply(opt_critic, opt_actor)  # critic step, Polyak, actor step
         return time.perf_counter() - t, time.process_time() - c
 
     return run

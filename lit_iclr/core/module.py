@@ -36,6 +36,20 @@ class BaseModule(L.LightningModule):
         else:
             super().manual_backward(loss, *args, **kwargs)
 
+    def optimizer_steps_are_plain(self) -> bool:
+        """True when, in this fit, `opt.step()` of manual optimisation is a plain PyTorch call (`DirectOptimization`
+        found Lightning's wrappers to be no-ops: one device, fp32, no step hooks in use). A module may then step the
+        raw `opt.optimizer`s itself, e.g. all of them inside one compiled function, and count them with
+        `count_optimizer_steps`; otherwise it must call `opt.step()`."""
+        return self.__dict__.get("_direct_manual", False)
+
+    def count_optimizer_steps(self, *optimizers) -> None:
+        """Record steps made on the raw optimizers of these `LightningOptimizer`s as Lightning's `opt.step()` does (the
+        manual loop's step counter, which `global_step`, logging and checkpointing read)."""
+        for opt in optimizers:
+            opt._on_before_step()
+            opt._on_after_step()
+
     def log_train(self, metrics: Mapping[str, torch.Tensor | float], prog_bar: Iterable[str] = ()) -> None:
         """Per-step training metrics, summed on the device and logged as their mean every `log_every_n_steps`.
 

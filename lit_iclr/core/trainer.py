@@ -6,6 +6,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from .cuda_check import drop_failing_nvml_check
 from .direct import DirectBatches, DirectOptimization
+from .host_memory import keep_freed_host_memory
 from .loader import LoaderPosition, RandomState
 from .loggers import MetricsAtCheckpoint
 from .signals import CheckpointOnSignal
@@ -17,10 +18,11 @@ class Trainer(L.Trainer):
     """Lightning's Trainer; always tracks the training loader's position, the random state and the metric rows so
     mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1. Lightning's per-step wrappers of the
     optimisation (`DirectOptimization`) and of the batch's way into the step (`DirectBatches`) are skipped where they
-    would do nothing."""
+    would do nothing. Freed host memory is kept for the next step instead of being faulted in anew (`host_memory`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        keep_freed_host_memory()
         self.callbacks.extend([LoaderPosition(), RandomState(), MetricsAtCheckpoint(), CheckpointOnSignal(),
                                 DirectOptimization(), DirectBatches()])
 

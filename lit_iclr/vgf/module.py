@@ -206,7 +206,9 @@ class VGF(OfflineRLModule):
             critic_optimizer: Optimizer of the critics (and of g_psi for A-VGF).
             seed: Seed of the per-step noise (flow noise, particles), combined with the step and rank.
             compile_update: `torch.compile` the update's losses (reference sampling, transport, TD target, both
-                losses; forward and backward). The first step compiles (tens of seconds on CPU); the numbers equal the eager ones.
+                losses; forward and backward) and, when the Trainer's optimizer steps are plain PyTorch calls and no
+                scheduler is set, the two Adam steps with the Polyak update as one more compiled function. The first
+                step compiles (tens of seconds on CPU); the numbers equal the eager ones.
             compile_options: Keyword arguments of `torch.compile` (e.g. `{mode: reduce-overhead}` for CUDA graphs).
         """
         super().__init__()
@@ -225,11 +227,12 @@ class VGF(OfflineRLModule):
             parse_policy(name)  # a bad name fails here, not at the first evaluation
         self.eval_policies = list(eval_extra) + [f"L{b}" for b in eval_flow_steps]
         self._losses_fn = None  # update_losses, compiled on the first step when compile_update is set
+        self._apply_fn = None  # apply_updates, compiled likewise
 
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
              mode: str | None = None, lr: float | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """Transport particles `[B, N, A]` at states `obs` `[B, N, D]` for `steps` steps (see `transport.transport`)."""
+        """Transport particles `[B, N, A]` at states `[B, N, D]` or `[B, 1, D]` for `steps` steps (`transport.transport`)."""
         hp = self.hparams
         mode = mode or hp.transport
         if hp.amortized and mode == "svgd":
@@ -246,9 +249,12 @@ class VGF(OfflineRLModule):
 
     def reference_particles(self, obs: torch.Tensor, generator: torch.Generator | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """States repeated N times `[B, N, D]` and N reference-policy samples for each `[B, N, A]`."""
-        obs_rep = obs.unsqueeze(1).expand(-1, self.hparams.num_particles, -1)
-        return obs_rep, self.policy.sample(obs_rep, self.hparams.bc_flow_steps, generator)
+        """States `[B, 1, D]` (broadcasting against the particles) and N reference-policy samples for each `[B, N, A]`."""
+        hp = self.hparams
+        obs_rep = obs.unsqueeze(1)
+        noise = torch.randn(obs.shape[0], hp.num_particles, hp.action_dim, generator=generator, device=obs.device,
+                            dtype=obs.dtype)
+        return obs_rep, self.policy.sample(obs_rep, hp.bc_flow_steps, noise=noise)
 
     def act(self, obs: torch.Tensor, budgets: Sequence[int] = (1,), mode: str | None = None, lr: float | None = None,
             generator: torch.Generator | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -308,7 +314,7 @@ class VGF(OfflineRLModule):
     def _td_target(self, next_obs: torch.Tensor, rewards: torch.Tensor, masks: torch.Tensor,
                    noise: torch.Tensor) -> torch.Tensor:
         hp = self.hparams
-        obs_rep = next_obs.unsqueeze(1).expand(-1, hp.num_particles, -1)
+        obs_rep = next_obs.unsqueeze(1)  # [B, 1, D]: each state's first-layer share is computed once for its N particles
         with torch.no_grad():  # the particles carry no graph: only grad_a Q is taken, inside the flow
             x0 = self.policy.sample(obs_rep, hp.bc_flow_steps, noise=noise)
             x, _ = self.move(obs_rep, x0, hp.train_flow_steps)
@@ -348,15 +354,30 @@ class VGF(OfflineRLModule):
         opt_critic.zero_grad()
         opt_actor.zero_grad()
         self.manual_backward(out["critic_loss"] + out["bc_loss"])  # disjoint parameters: one backward for both
-        opt_critic.step()
-        polyak(self.target_critic, self.critic, hp.tau)
-        opt_actor.step()
+        if hp.compile_update and self.optimizer_steps_are_plain() and not self.lr_schedulers():
+            # both Adam steps and the Polyak update as one compiled function (no per-step optimizer Python); with a
+            # scheduler the learning rate changes every step and would recompile it, so that case stays eager
+            if self._apply_fn is None:
+                for group in (*opt_critic.optimizer.param_groups, *opt_actor.optimizer.param_groups):
+                    if group.get("fused"):  # the fused kernel is opaque to dynamo (a graph break per optimizer);
+                        group.update(fused=False, foreach=True)  # inductor fuses the foreach form's math itself
+                self._apply_fn = torch.compile(self.apply_updates, **(hp.compile_options or {}))
+            self._apply_fn(opt_critic.optimizer, opt_actor.optimizer)
+            self.count_optimizer_steps(opt_critic, opt_actor)
+        else:
+            self.apply_updates(opt_critic, opt_actor)
 
         logs = {f"train/{k}": v for k, v in out.items()}
         if hp.amortized:
             logs["train/grad_loss"] = self.action_grad_step(batch, opts[2])
         self.count_step()
         self.log_train(logs, prog_bar=("train/critic_loss",))
+
+    def apply_updates(self, opt_critic, opt_actor) -> None:
+        """Critic step, Polyak update of the target critic, reference-policy step (the gradients are in place)."""
+        opt_critic.step()
+        polyak(self.target_critic, self.critic, self.hparams.tau)
+        opt_actor.step()
 
     def action_grad_step(self, batch: dict[str, torch.Tensor], opt) -> torch.Tensor:
         """A-VGF: regress g_psi(s, a) on grad_a mean_k Q_k(s, a) at the data actions."""

@@ -29,7 +29,11 @@ def pairwise_sq_dists(x: torch.Tensor) -> torch.Tensor:
 def median_bandwidth(sq_dists: torch.Tensor) -> torch.Tensor:
     """h = median of all N x N squared distances / (2 log(N + 1)), one per state: `[B, N, N]` -> `[B, 1, 1]`."""
     n = sq_dists.shape[-1]
-    med = torch.quantile(sq_dists.flatten(-2), 0.5, dim=-1)  # interpolating median, as numpy/jax
+    # interpolating median, as numpy/jax: the mean of the two middle values (the middle one when n * n is odd); equal
+    # to torch.quantile(., 0.5), which costs about twice as much (its checks and general interpolation)
+    ordered = sq_dists.flatten(-2).sort(-1).values
+    m = ordered.shape[-1]
+    med = torch.lerp(ordered[..., (m - 1) // 2], ordered[..., m // 2], 0.5)
     return (med / (2.0 * math.log(n + 1.0))).clamp_min(1e-12)[..., None, None]
 
 

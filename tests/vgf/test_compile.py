@@ -74,3 +74,25 @@ def test_inductor_compiled_update_equals_eager():
     for x, y in zip(a, b, strict=True):
         for k in x:
             torch.testing.assert_close(x[k], y[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_fit_with_compiled_update_and_optimizer_steps_equals_eager_fit(tmp_path):
+    """Through the Trainer: `compile_update` also compiles both Adam steps and the Polyak update as one function
+    (the Trainer's optimizer steps are plain PyTorch calls here); weights and step counters equal the eager fit's."""
+    from tests.vgf.test_module import fit
+
+    base = ["--trainer.limit_val_batches", "0", "--data.init_args.steps_per_epoch", "3",
+            "--model.init_args.amortized", "false"]
+    eager = fit("tests/configs/vgf.yaml", tmp_path / "eager", *base)
+    compiled = fit("tests/configs/vgf.yaml", tmp_path / "compiled", *base, "--model.init_args.compile_update", "true",
+                   "--model.init_args.compile_options", '{"backend": "aot_eager"}')
+    assert compiled.model._apply_fn is not None and eager.model._apply_fn is None  # the compiled steps were taken
+    assert compiled.trainer.global_step == eager.trainer.global_step == 2 * int(eager.model.updates) == 12  # 2 per update
+    for (name, a), b in zip(eager.model.state_dict().items(), compiled.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    for a, b in zip(eager.trainer.optimizers, compiled.trainer.optimizers, strict=True):  # Adam's moments too
+        for sa, sb in zip(a.state.values(), b.state.values(), strict=True):
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                torch.testing.assert_close(sa[key], sb[key], rtol=1e-5, atol=1e-8, msg=key)
+    initial = fit("tests/configs/vgf.yaml", tmp_path / "none", *base, "--trainer.max_steps", "0").model
+    assert (initial.critic.net[0].weight - compiled.model.critic.net[0].weight).abs().max() > 1e-5  # it trained

@@ -19,13 +19,14 @@ from lit_iclr.vgf.transport import (
 )
 
 
-def test_median_bandwidth_is_numpy_median_over_all_pairs():
-    x = torch.randn(3, 6, 2, dtype=torch.float64)
+@pytest.mark.parametrize("n", [6, 5])  # 36 entries (mean of the two middle ones) and 25 (the middle one)
+def test_median_bandwidth_is_numpy_median_over_all_pairs(n):
+    x = torch.randn(3, n, 2, dtype=torch.float64)
     h = median_bandwidth(pairwise_sq_dists(x))
     for b in range(3):
         xb = x[b].numpy()
         d2 = ((xb[:, None] - xb[None]) ** 2).sum(-1)
-        assert h[b, 0, 0].item() == pytest.approx(np.median(d2) / (2 * math.log(7)), rel=1e-12)
+        assert h[b, 0, 0].item() == pytest.approx(np.median(d2) / (2 * math.log(n + 1)), rel=1e-12)
 
 
 def test_svgd_direction_matches_a_loop_with_finite_difference_kernel_gradients():
