@@ -89,9 +89,6 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool, com
     import torch
 
     torch.set_num_threads(1)
-    # every timed block of the fit side is a new `cli.py fit` with a new model, so dynamo compiles `update_losses` once
-    # per block (its guards hold the module); past its default cache limit (8) it would silently run the rest eagerly
-    torch._dynamo.config.cache_size_limit = 64
     hidden, batch, particles, flow_steps, transport_steps = SETTINGS[setting]
     model_args = dict(actor_hidden=list(hidden), critic_hidden=list(hidden), num_particles=particles,
                       bc_flow_steps=flow_steps, train_flow_steps=transport_steps, value_q_agg="mean",
@@ -101,7 +98,7 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool, com
     if side == "plain":
         serve(plain_runner(model_args, data, batch))
     else:
-        serve(fit_runner(model_args, batch, setting))
+        fit_server(model_args, batch, setting)
 
 
 def plain_runner(model_args: dict, data: str, batch: int):
@@ -138,46 +135,58 @@ def plain_runner(model_args: dict, data: str, batch: int):
     return run
 
 
-def fit_runner(model_args: dict, batch: int, setting: str):
-    """Each block is a fresh `cli.py fit` of configs/vgf_cube.yaml (validation off); the block's time is the span between
-    the end of its first and of its last step, so the CLI's setup and the first step's compile are not in it."""
+def fit_server(model_args: dict, batch: int, setting: str) -> None:
+    """One `cli.py fit` of configs/vgf_cube.yaml (validation off) that serves the timed blocks from inside the run: after
+    each block's last step a callback answers the driver and waits for the next request, so every block is the same
+    steady-state Trainer (one compile, one fit), and the wait is not timed. Stdin closing ends the fit."""
     from lightning.pytorch.callbacks import Callback
 
     from lit_iclr.cli import LitIclrCLI
 
-    class StepClock(Callback):
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    class BlockServer(Callback):
         def __init__(self):
-            self.ends: list[tuple[float, float]] = []
-            self.start = 0.0
+            self.left = 0
+            self.first = True
+            self.t0 = self.c0 = self.fit_start = 0.0
 
-        def on_train_start(self, *args) -> None:
-            self.start = time.perf_counter()
+        def next_block(self, trainer) -> None:
+            line = sys.stdin.readline()
+            if not line:
+                trainer.should_stop = True
+                self.left = -1
+                return
+            self.left = json.loads(line)["steps"]
+            self.t0, self.c0 = time.perf_counter(), time.process_time()  # from the end of the previous step
 
-        def on_train_batch_end(self, *args) -> None:
-            self.ends.append((time.perf_counter(), time.process_time()))
+        def on_train_start(self, trainer, *args) -> None:
+            self.next_block(trainer)
+            self.fit_start = self.t0
+
+        def on_train_batch_end(self, trainer, *args) -> None:
+            self.left -= 1
+            if self.left != 0:
+                return
+            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            first = wall if self.first else 0.0  # the first block (one step) includes the compile
+            self.first = False
+            proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first}) + "\n")
+            proto.flush()
+            self.next_block(trainer)
 
     overrides = []
     for k, v in model_args.items():
         overrides += [f"--model.init_args.{k}", v if isinstance(v, str) else json.dumps(v)]
-    tmp = tempfile.mkdtemp(prefix="vgf_speed_")
-    first = {"wall": 0.0}
-
-    def run(steps: int) -> tuple[float, float]:
-        clock = StepClock()
-        args = ["--config", str(ROOT / "configs" / "vgf_cube.yaml"), *overrides, "--data.init_args.batch_size", str(batch),
-                "--data.init_args.data_dir", str(ROOT / "data"), "--data.init_args.num_episodes", str(EPISODES),
-                "--data.init_args.steps_per_epoch", str(steps + 1),
-                "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "0", "--trainer.default_root_dir",
-                f"{tmp}/{setting}-{time.time_ns()}"]
-        cli = LitIclrCLI(args=args, run=False)
-        cli.trainer.callbacks.append(clock)
-        cli.trainer.fit(cli.model, cli.datamodule)
-        (t0, c0), (t1, c1) = clock.ends[0], clock.ends[-1]
-        first["wall"] = t0 - clock.start  # the first step (compiles when compile_update is set)
-        return t1 - t0, c1 - c0  # `steps` steps after the first
-
-    run.first = first
-    return run
+    args = ["--config", str(ROOT / "configs" / "vgf_cube.yaml"), *overrides, "--data.init_args.batch_size", str(batch),
+            "--data.init_args.data_dir", str(ROOT / "data"), "--data.init_args.num_episodes", str(EPISODES),
+            "--data.init_args.steps_per_epoch", "1000000", "--trainer.max_epochs", "1",
+            "--trainer.limit_val_batches", "0", "--trainer.default_root_dir",
+            tempfile.mkdtemp(prefix=f"vgf_speed_{setting}_")]
+    cli = LitIclrCLI(args=args, run=False)
+    cli.trainer.callbacks.append(BlockServer())
+    cli.trainer.fit(cli.model, cli.datamodule)
 
 
 def serve(run) -> None:
@@ -187,8 +196,7 @@ def serve(run) -> None:
     for line in sys.stdin:
         req = json.loads(line)
         wall, cpu = run(req["steps"])
-        first = getattr(run, "first", {"wall": wall})["wall"]  # the fit side: its first step alone
-        proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first}) + "\n")
+        proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": wall}) + "\n")
         proto.flush()
 
 
@@ -197,10 +205,10 @@ class Worker:
     keeps a thread pool of its own even with one intra-op thread: unpinned, the official side ran on 1.7 cores' worth
     of CPU time per wall second)."""
 
-    def __init__(self, python: str, *args: str, core: int | None = None):
+    def __init__(self, python: str, *args: str, core: int | None = None, env: dict[str, str] | None = None):
         pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
         self.proc = subprocess.Popen([python, __file__, "--worker", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=_single_thread_env(), cwd=ROOT, preexec_fn=pin)
+                                     text=True, env={**_single_thread_env(), **(env or {})}, cwd=ROOT, preexec_fn=pin)
 
     def run(self, steps: int) -> dict[str, float]:
         self.proc.stdin.write(json.dumps({"steps": steps}) + "\n")
@@ -259,6 +267,9 @@ def main() -> None:
     p.add_argument("--compile-mode", default="default",
                    help="torch.compile mode of the project's update (max-autotune-no-cudagraphs: inductor's CPU GEMM "
                         "templates, a longer compile)")
+    p.add_argument("--official-kept-memory", action="store_true",
+                   help="also run the official side with glibc's malloc thresholds as the project sets them "
+                        "(lit_iclr/core/host_memory.py), through the MALLOC_*_ environment variables")
     p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -268,6 +279,8 @@ def main() -> None:
         else:
             project_worker(setting, data, rest[0], rest[1] == "1", rest[2])
         return
+    from lit_iclr.core.stats import paired_ci  # the driver only: the official worker's environment has no lit_iclr deps
+
     tmp = Path(tempfile.mkdtemp(prefix="vgf_speed_"))
     data = str(shared_transitions(tmp / "transitions.npz"))
     compiles = {"off": ["0"], "on": ["1"], "both": ["0", "1"]}[args.compile]
@@ -277,6 +290,12 @@ def main() -> None:
         sides = {}
         if args.vs_official:
             sides["official"] = Worker(args.official_python, "official", setting, data, args.vs_official, core=core)
+            if args.official_kept_memory:
+                from lit_iclr.core.host_memory import MMAP_THRESHOLD, TRIM_THRESHOLD
+
+                kept = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+                sides["official, kept host memory"] = Worker(args.official_python, "official", setting, data,
+                                                             args.vs_official, core=core, env=kept)
         for c in compiles:
             tag = "compiled" if c == "1" else "eager"
             if c == "0" or args.compile == "on":
@@ -289,17 +308,21 @@ def main() -> None:
         ref = res.get("official", {}).get("median_ms")
         for name, r in res.items():
             ratio = f"{r['median_ms'] / ref:.2f}" if ref else "-"
+            paired = "-"
+            if ref and name != "official":  # block k of this side against block k of the official side (interleaved)
+                ci = paired_ci([a / b for a, b in zip(r["ms"], res["official"]["ms"], strict=True)], [1.0] * len(r["ms"]))
+                paired = f"{1 + ci.mean:.3f} [{1 + ci.low:.3f}, {1 + ci.high:.3f}]"
             wall = statistics.median(r["wall_ms"])
             wall_ref = statistics.median(res["official"]["wall_ms"]) if ref else None
             wall_ratio = f"{wall / wall_ref:.2f}" if wall_ref else "-"
-            rows.append(f"| {setting} | {name} | {r['median_ms']:.1f} | {ratio} | {wall:.1f} | {wall_ratio} | "
+            rows.append(f"| {setting} | {name} | {r['median_ms']:.1f} | {ratio} | {paired} | {wall:.1f} | {wall_ratio} | "
                         f"{r['first_s']:.1f} |")
     pinned = f"every side pinned to core {core}" if core is not None else "not pinned"
     print(f"\n{args.repeats} interleaved blocks per side, median ms/step of each single-threaded process ({pinned}; on a "
           "shared machine wall time also counts waiting for a core)\n")
-    print("| setting | side | CPU ms / step | ratio vs official | wall ms / step | ratio vs official | "
-          "first call (s wall, incl. compile) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| setting | side | CPU ms / step | ratio vs official | per-block ratio, mean [paired 95% CI] | wall ms / step | "
+          "ratio vs official | first call (s wall, incl. compile) |")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

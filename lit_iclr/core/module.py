@@ -63,7 +63,14 @@ class BaseModule(L.LightningModule):
         if trainer is None or trainer.log_every_n_steps == 0:
             return
         keys = tuple(metrics)
-        values = torch.stack([torch.as_tensor(v, device=self.device).detach().float().reshape(()) for v in metrics.values()])
+        values = list(metrics.values())
+        device = self.device
+        with torch.no_grad():
+            if all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 and v.dim() == 0 and v.device == device
+                   for v in values):
+                values = torch.stack(values)  # the usual case (float32 losses on the module's device): one call
+            else:
+                values = torch.stack([torch.as_tensor(v, device=device).float().reshape(()) for v in values])
         acc = self.__dict__.setdefault("_train_metric_sums", {})  # plain dict: not module state, not checkpointed
         if keys in acc:
             acc[keys][0].add_(values)

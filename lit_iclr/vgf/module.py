@@ -80,7 +80,7 @@ class OfflineRLModule(BaseModule):
 
     def count_step(self) -> None:
         """One more gradient step: the checkpointed buffer on the device and its host copy, no sync."""
-        self.updates += 1
+        self.updates.add_(1)  # in place: `+=` on a module attribute would also go through Module.__setattr__
         self._host_updates = self.step_count() + 1
 
     def on_train_start(self) -> None:
