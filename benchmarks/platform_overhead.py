@@ -149,10 +149,11 @@ def main() -> None:
     rows = []
     for width in (int(w) for w in args.widths.split(",")):
         times: dict[str, list[tuple[float, float]]] = {"plain": [], **{v: [] for v in variants}}
-        for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
-            times["plain"].append(plain(args.steps, args.batch, width))
-            for variant in variants:
-                times[variant].append(lightning(args.steps, args.batch, width, variant))
+        for r in range(args.repeats):  # interleaved, so machine noise hits all alike; the order flips every repeat
+            order = ["plain", *variants]
+            for name in order if r % 2 == 0 else order[::-1]:
+                times[name].append(plain(args.steps, args.batch, width) if name == "plain"
+                                   else lightning(args.steps, args.batch, width, name))
         base = statistics.median(t[0] for t in times["plain"])
         base_step = statistics.median(t[1] for t in times["plain"])
         for name, ts in times.items():

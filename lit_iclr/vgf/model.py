@@ -2,10 +2,7 @@
 action-gradient network of A-VGF and the deterministic actor of the TD3+BC baseline.
 
 Shapes: observations `[..., obs_dim]`, actions `[..., action_dim]`; every network accepts any number of leading batch
-dimensions, so a `[B, N, action_dim]` block of particles is evaluated in one call. The state and the action need only
-broadcast: with observations `[B, 1, obs_dim]` against particles `[B, N, action_dim]`, the first layer's state part
-W_s s is computed once per state instead of once per particle (the first layer of a network on cat(s, a) is
-W_s s + W_a a + b; the same numbers up to float rounding, fewer FLOPs where N particles share a state).
+dimensions, so a `[B, N, action_dim]` block of particles is evaluated in one call.
 """
 from __future__ import annotations
 
@@ -14,23 +11,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-
-
-def linear_of_parts(layer: nn.Linear, *parts: torch.Tensor) -> torch.Tensor:
-    """`layer(cat(parts, -1))` without the concatenation: sum_i W_i p_i + b over the column blocks W_i of the weight,
-    the parts broadcasting against each other (a state `[B, 1, D]` is multiplied once for all N particles)."""
-    out, start = layer.bias, 0
-    for p in parts:
-        out = out + nn.functional.linear(p, layer.weight[:, start:start + p.shape[-1]])
-        start += p.shape[-1]
-    return out
-
-
-def apply_layers(layers: nn.Sequential, x: torch.Tensor, start: int = 1) -> torch.Tensor:
-    """`layers[start:](x)` without building a new Sequential per call."""
-    for layer in list(layers)[start:]:
-        x = layer(x)
-    return x
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
@@ -57,12 +37,12 @@ class FlowPolicy(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
                  layer_norm: bool = False):
         super().__init__()
-        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.action_dim = action_dim
         self.net = mlp(obs_dim + action_dim + 1, hidden, action_dim, layer_norm)
 
     def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """v_theta(s, x_t, t) = MLP(cat(s, x_t, t)); `t` has shape `[..., 1]`; `obs` may broadcast against `x`."""
-        return apply_layers(self.net, linear_of_parts(self.net[0], obs, x, t))
+        """v_theta(s, x_t, t); `t` has shape `[..., 1]`."""
+        return self.net(torch.cat([obs, x, t], dim=-1))
 
     def flow_matching_loss(self, obs: torch.Tensor, actions: torch.Tensor, generator: torch.Generator | None = None,
                            noise: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -78,19 +58,12 @@ class FlowPolicy(nn.Module):
 
     def sample(self, obs: torch.Tensor, steps: int = 10, generator: torch.Generator | None = None,
                noise: torch.Tensor | None = None) -> torch.Tensor:
-        """Euler-integrate the flow from Gaussian noise for `steps` steps; returns actions clipped to [-1, 1].
-
-        `obs` may broadcast against `noise` (e.g. `[B, 1, D]` against `[B, N, A]`). The first layer's state part
-        W_s s + b is computed once for all steps and particles, and its time part is the column W_t times t = i / steps.
-        """
+        """Euler-integrate the flow from Gaussian noise for `steps` steps; returns actions clipped to [-1, 1]."""
         x = noise if noise is not None else torch.randn(
             (*obs.shape[:-1], self.action_dim), generator=generator, device=obs.device, dtype=obs.dtype)
-        first = self.net[0]
-        w_x, w_t = first.weight[:, self.obs_dim:-1], first.weight[:, -1]
-        state_part = linear_of_parts(first, obs)  # W_s s + b
         for i in range(steps):
-            h = state_part + nn.functional.linear(x, w_x) + (i / steps) * w_t  # first layer of v_theta(s, x, i/steps)
-            x = x + apply_layers(self.net, h) / steps
+            t = torch.full((*obs.shape[:-1], 1), i / steps, device=obs.device, dtype=obs.dtype)
+            x = x + self.velocity(obs, x, t) / steps
         return x.clamp(-1.0, 1.0)
 
 
@@ -109,20 +82,6 @@ class EnsembleLinear(nn.Module):
         shape = x.shape
         y = torch.baddbmm(self.bias, x.reshape(shape[0], -1, shape[-1]), self.weight)
         return y.reshape(*shape[:-1], y.shape[-1])
-
-    def forward_parts(self, *parts: torch.Tensor) -> torch.Tensor:
-        """Every member on the same unstacked input cat(parts) `[..., in]` -> `[num, ..., out]`, without the
-        concatenation or the copy per member: one matmul per part against all members' column blocks at once, the
-        parts broadcasting against each other (see `linear_of_parts`)."""
-        num, out_dim = self.weight.shape[0], self.weight.shape[-1]
-        out, start = None, 0
-        for p in parts:
-            d = p.shape[-1]
-            w = self.weight[:, start:start + d].transpose(0, 1).reshape(d, num * out_dim)  # [d, num * out]
-            y = (p @ w).unflatten(-1, (num, out_dim)).movedim(-2, 0)  # [num, ..., out]
-            out = y if out is None else out + y
-            start += d
-        return out + self.bias.reshape(num, *[1] * (out.dim() - 2), out_dim)
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -158,8 +117,9 @@ class Critic(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Q_k(s, a) for every member, `[num_q, ...]`; `obs` may broadcast against `actions`."""
-        return apply_layers(self.net, self.net[0].forward_parts(obs, actions)).squeeze(-1)
+        x = torch.cat([obs, actions], dim=-1)
+        x = x.unsqueeze(0).expand(self.num_q, *x.shape)
+        return self.net(x).squeeze(-1)
 
     def value(self, obs: torch.Tensor, actions: torch.Tensor, agg: str = "mean") -> torch.Tensor:
         """Q(s, a) aggregated over the ensemble: `mean` (VGF's flow gradient) or `min` (clipped double Q)."""
@@ -180,8 +140,7 @@ class ActionGradient(nn.Module):
         self.net = mlp(obs_dim + action_dim, hidden, action_dim, layer_norm)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """g_psi(s, a); `obs` may broadcast against `actions`."""
-        return apply_layers(self.net, linear_of_parts(self.net[0], obs, actions))
+        return self.net(torch.cat([obs, actions], dim=-1))
 
 
 class DeterministicActor(nn.Module):

@@ -232,7 +232,7 @@ class VGF(OfflineRLModule):
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
              mode: str | None = None, lr: float | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """Transport particles `[B, N, A]` at states `[B, N, D]` or `[B, 1, D]` for `steps` steps (`transport.transport`)."""
+        """Transport particles `[B, N, A]` at states `obs` `[B, N, D]` for `steps` steps (see `transport.transport`)."""
         hp = self.hparams
         mode = mode or hp.transport
         if hp.amortized and mode == "svgd":
@@ -249,12 +249,9 @@ class VGF(OfflineRLModule):
 
     def reference_particles(self, obs: torch.Tensor, generator: torch.Generator | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """States `[B, 1, D]` (broadcasting against the particles) and N reference-policy samples for each `[B, N, A]`."""
-        hp = self.hparams
-        obs_rep = obs.unsqueeze(1)
-        noise = torch.randn(obs.shape[0], hp.num_particles, hp.action_dim, generator=generator, device=obs.device,
-                            dtype=obs.dtype)
-        return obs_rep, self.policy.sample(obs_rep, hp.bc_flow_steps, noise=noise)
+        """States repeated N times `[B, N, D]` and N reference-policy samples for each `[B, N, A]`."""
+        obs_rep = obs.unsqueeze(1).expand(-1, self.hparams.num_particles, -1)
+        return obs_rep, self.policy.sample(obs_rep, self.hparams.bc_flow_steps, generator)
 
     def act(self, obs: torch.Tensor, budgets: Sequence[int] = (1,), mode: str | None = None, lr: float | None = None,
             generator: torch.Generator | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -314,7 +311,7 @@ class VGF(OfflineRLModule):
     def _td_target(self, next_obs: torch.Tensor, rewards: torch.Tensor, masks: torch.Tensor,
                    noise: torch.Tensor) -> torch.Tensor:
         hp = self.hparams
-        obs_rep = next_obs.unsqueeze(1)  # [B, 1, D]: each state's first-layer share is computed once for its N particles
+        obs_rep = next_obs.unsqueeze(1).expand(-1, hp.num_particles, -1)
         with torch.no_grad():  # the particles carry no graph: only grad_a Q is taken, inside the flow
             x0 = self.policy.sample(obs_rep, hp.bc_flow_steps, noise=noise)
             x, _ = self.move(obs_rep, x0, hp.train_flow_steps)
