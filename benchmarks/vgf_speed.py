@@ -242,9 +242,10 @@ def measure(setting: str, sides: dict[str, Worker], steps: int, repeats: int) ->
     for name, w in sides.items():
         w.run(max(1, steps // 4))  # settle
         out[name]["ms"] = []
-    for _ in range(repeats):  # interleaved blocks
-        for name, w in sides.items():
-            r = w.run(steps)
+    names = list(sides)
+    for k in range(repeats):  # interleaved blocks; the order rotates each round (no side always runs first or last)
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            r = sides[name].run(steps)
             out[name]["ms"].append(1000.0 * r["cpu"] / steps)
             out[name].setdefault("wall_ms", []).append(1000.0 * r["wall"] / steps)
     for name in out:
