@@ -6,8 +6,10 @@ so that XLA's own threads cannot spread the official step over two cores (the of
 `pip install "jax[cpu]" flax optax distrax ml_collections`), on the same transitions (the default OGBench cube-single
 data, read by the project's reader and handed to both), the same batch size and the same algorithm step: reference-flow
 sampling of B x N actions, L transport steps with a fresh Adam, target critic on the particles, TD step, Polyak,
-flow-matching step. Timed blocks of the sides are interleaved (machine noise hits all alike); the first calls, which
-compile (XLA's jit; `torch.compile` with `--compile`), are reported separately.
+flow-matching step. Timed blocks of the sides are interleaved, in an order that rotates every round (machine noise hits
+all alike), and each side's ratio is also the mean of its per-block ratios against the official block of the same
+round, with a paired 95% CI. The `cli.py fit` side is one continuous fit that serves the blocks from a callback. The
+first calls, which compile (XLA's jit; `torch.compile` with `--compile`), are reported separately.
 
     .venv/bin/python benchmarks/vgf_speed.py                       # the project's ms/step only, both settings
     .venv/bin/python benchmarks/vgf_speed.py --vs-official ~/src/vgf --official-python /tmp/jaxenv/bin/python
