@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lit_iclr.core.loggers import RunCSVLogger
 from lit_iclr.core.module import BaseModule
 from lit_iclr.core.progress import LineProgressBar
-from lit_iclr.core.stats import paired_ci
+from lit_iclr.core.stats import ratio_ci
 from lit_iclr.core.trainer import Trainer
 
 
@@ -159,9 +159,8 @@ def main() -> None:
         for name, ts in times.items():
             med = statistics.median(t[0] for t in ts)
             step = statistics.median(t[1] for t in ts)
-            ratios = [t[1] / b[1] for t, b in zip(ts, times["plain"], strict=True)]  # paired by repeat
-            ci = paired_ci(ratios, [1.0] * len(ratios))
-            paired = "1" if name == "plain" else f"{1 + ci.mean:.3f} [{1 + ci.low:.3f}, {1 + ci.high:.3f}]"
+            per_step = [t[1] for t in ts]
+            paired = "1" if name == "plain" else ratio_ci(per_step, [b[1] for b in times["plain"]])  # paired by repeat
             rows.append(f"| {width} | {name} | {med:.3f} | {med / base:.3f} | {1000 * step / (args.steps - 1):.2f} | "
                         f"{step / base_step:.3f} | {paired} |")
     print(f"\n{args.steps} steps, batch {args.batch}, 3-layer MLP, AdamW, 1 thread on core {args.core}, median of "

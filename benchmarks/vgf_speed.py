@@ -145,14 +145,13 @@ def fit_server(model_args: dict, batch: int, setting: str) -> None:
 
     from lit_iclr.cli import LitIclrCLI
 
-    proto = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    proto = protocol_stream()
 
     class BlockServer(Callback):
         def __init__(self):
             self.left = 0
             self.first = True
-            self.t0 = self.c0 = self.fit_start = 0.0
+            self.t0 = self.c0 = 0.0
 
         def next_block(self, trainer) -> None:
             line = sys.stdin.readline()
@@ -165,7 +164,6 @@ def fit_server(model_args: dict, batch: int, setting: str) -> None:
 
         def on_train_start(self, trainer, *args) -> None:
             self.next_block(trainer)
-            self.fit_start = self.t0
 
         def on_train_batch_end(self, trainer, *args) -> None:
             self.left -= 1
@@ -191,10 +189,16 @@ def fit_server(model_args: dict, batch: int, setting: str) -> None:
     cli.trainer.fit(cli.model, cli.datamodule)
 
 
-def serve(run) -> None:
-    """JSON lines on the original stdout: {"steps": n} -> {"wall": s, "cpu": s}; everything printed goes to stderr."""
+def protocol_stream():
+    """The original stdout, kept for the driver's JSON lines; everything printed from here on goes to stderr."""
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    return proto
+
+
+def serve(run) -> None:
+    """JSON lines on the protocol stream: {"steps": n} -> {"wall": s, "cpu": s, "first_step": s}."""
+    proto = protocol_stream()
     for line in sys.stdin:
         req = json.loads(line)
         wall, cpu = run(req["steps"])
@@ -282,7 +286,7 @@ def main() -> None:
         else:
             project_worker(setting, data, rest[0], rest[1] == "1", rest[2])
         return
-    from lit_iclr.core.stats import paired_ci  # the driver only: the official worker's environment has no lit_iclr deps
+    from lit_iclr.core.stats import ratio_ci  # the driver only: the official worker's environment has no lit_iclr deps
 
     tmp = Path(tempfile.mkdtemp(prefix="vgf_speed_"))
     data = str(shared_transitions(tmp / "transitions.npz"))
@@ -313,8 +317,7 @@ def main() -> None:
             ratio = f"{r['median_ms'] / ref:.2f}" if ref else "-"
             paired = "-"
             if ref and name != "official":  # block k of this side against block k of the official side (interleaved)
-                ci = paired_ci([a / b for a, b in zip(r["ms"], res["official"]["ms"], strict=True)], [1.0] * len(r["ms"]))
-                paired = f"{1 + ci.mean:.3f} [{1 + ci.low:.3f}, {1 + ci.high:.3f}]"
+                paired = ratio_ci(r["ms"], res["official"]["ms"])
             wall = statistics.median(r["wall_ms"])
             wall_ref = statistics.median(res["official"]["wall_ms"]) if ref else None
             wall_ratio = f"{wall / wall_ref:.2f}" if wall_ref else "-"

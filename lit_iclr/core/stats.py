@@ -41,6 +41,13 @@ def paired_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Pa
     return PairedCI(mean, mean - half, mean + half, n)
 
 
+def ratio_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> str:
+    """'mean [low, high]' of the paired ratios a_i / b_i with its t interval, e.g. per-block times of two sides of a
+    speed benchmark measured in the same rounds."""
+    ci = paired_ci([x / y for x, y in zip(a, b, strict=True)], [1.0] * len(a), level)
+    return f"{1 + ci.mean:.3f} [{1 + ci.low:.3f}, {1 + ci.high:.3f}]"
+
+
 def mean_std(values: Sequence[float], digits: int = 3) -> str:
     """'mean +- std' (sample std) with `digits` significant digits, for a table cell."""
     v = np.asarray(values, dtype=float)

@@ -25,3 +25,15 @@ def test_paired_ci_says_not_significant_and_refuses_unpaired():
 
 def test_mean_std_uses_the_sample_std():
     assert mean_std([1.0, 2.0, 3.0]) == "2 +- 1"
+
+
+def test_ratio_ci_is_the_t_interval_of_the_per_pair_ratios():
+    import numpy as np
+    from scipy import stats
+
+    from lit_iclr.core.stats import ratio_ci
+
+    a, b = [10.0, 12.0, 11.0, 13.0], [10.0, 10.0, 10.0, 10.0]
+    r = np.array(a) / np.array(b)
+    half = stats.t.ppf(0.975, 3) * r.std(ddof=1) / 2
+    assert ratio_ci(a, b) == f"{r.mean():.3f} [{r.mean() - half:.3f}, {r.mean() + half:.3f}]"
