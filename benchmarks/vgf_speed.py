@@ -86,7 +86,8 @@ def official_worker(setting: str, data: str, repo: str) -> None:
     serve(run)
 
 
-def project_worker(setting: str, data: str, side: str, compile_update: bool, compile_mode: str = "default") -> None:
+def project_worker(setting: str, data: str, side: str, compile_update: bool, compile_mode: str = "default",
+                   updates_per_batch: int | None = None) -> None:
     """Serves timed blocks of the project's update: `plain` (no Lightning) or `fit` (the CLI's Trainer)."""
     import torch
 
@@ -100,7 +101,7 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool, com
     if side == "plain":
         serve(plain_runner(model_args, data, batch))
     else:
-        fit_server(model_args, batch, setting)
+        fit_server(model_args, batch, setting, updates_per_batch)
 
 
 def plain_runner(model_args: dict, data: str, batch: int):
@@ -137,10 +138,12 @@ def plain_runner(model_args: dict, data: str, batch: int):
     return run
 
 
-def fit_server(model_args: dict, batch: int, setting: str) -> None:
+def fit_server(model_args: dict, batch: int, setting: str, updates_per_batch: int | None = None) -> None:
     """One `cli.py fit` of configs/vgf_cube.yaml (validation off) that serves the timed blocks from inside the run: after
     each block's last step a callback answers the driver and waits for the next request, so every block is the same
-    steady-state Trainer (one compile, one fit), and the wait is not timed. Stdin closing ends the fit."""
+    steady-state Trainer (one compile, one fit), and the wait is not timed. Stdin closing ends the fit. Every Trainer
+    batch takes the data's `updates_per_batch` gradient steps (the config's unless given; a block's steps are rounded
+    up to whole batches and reported)."""
     from lightning.pytorch.callbacks import Callback
 
     from lit_iclr.cli import LitIclrCLI
@@ -159,20 +162,22 @@ def fit_server(model_args: dict, batch: int, setting: str) -> None:
                 trainer.should_stop = True
                 self.left = -1
                 return
-            self.left = json.loads(line)["steps"]
+            asked = json.loads(line)["steps"]
+            self.steps = -(-asked // per_batch) * per_batch  # whole Trainer batches
+            self.left = self.steps
             self.t0, self.c0 = time.perf_counter(), time.process_time()  # from the end of the previous step
 
         def on_train_start(self, trainer, *args) -> None:
             self.next_block(trainer)
 
         def on_train_batch_end(self, trainer, *args) -> None:
-            self.left -= 1
+            self.left -= per_batch
             if self.left != 0:
                 return
             wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
             first = wall if self.first else 0.0  # the first block (one step) includes the compile
             self.first = False
-            proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first}) + "\n")
+            proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first, "steps": self.steps}) + "\n")
             proto.flush()
             self.next_block(trainer)
 
@@ -184,7 +189,10 @@ def fit_server(model_args: dict, batch: int, setting: str) -> None:
             "--data.init_args.steps_per_epoch", "1000000", "--trainer.max_epochs", "1",
             "--trainer.limit_val_batches", "0", "--trainer.default_root_dir",
             tempfile.mkdtemp(prefix=f"vgf_speed_{setting}_")]
+    if updates_per_batch is not None:
+        args += ["--data.init_args.updates_per_batch", str(updates_per_batch)]
     cli = LitIclrCLI(args=args, run=False)
+    per_batch = cli.datamodule.updates_per_batch
     cli.trainer.callbacks.append(BlockServer())
     cli.trainer.fit(cli.model, cli.datamodule)
 
@@ -252,8 +260,9 @@ def measure(setting: str, sides: dict[str, Worker], steps: int, repeats: int) ->
     for k in range(repeats):  # interleaved blocks; the order rotates each round (no side always runs first or last)
         for name in names[k % len(names):] + names[:k % len(names)]:
             r = sides[name].run(steps)
-            out[name]["ms"].append(1000.0 * r["cpu"] / steps)
-            out[name].setdefault("wall_ms", []).append(1000.0 * r["wall"] / steps)
+            taken = r.get("steps", steps)  # a fit with several updates per Trainer batch rounds up to whole batches
+            out[name]["ms"].append(1000.0 * r["cpu"] / taken)
+            out[name].setdefault("wall_ms", []).append(1000.0 * r["wall"] / taken)
     for name in out:
         out[name]["median_ms"] = statistics.median(out[name]["ms"])
     print(f"[{setting}] " + json.dumps(out), flush=True)
@@ -270,6 +279,9 @@ def main() -> None:
     p.add_argument("--compile", choices=["off", "on", "both"], default="both",
                    help="the project's compile_update (both: the fit side eager and compiled, the plain side eager)")
     p.add_argument("--no-fit", action="store_true", help="skip the cli.py fit side")
+    p.add_argument("--updates-per-batch", default="",
+                   help="the fit side's data.updates_per_batch (default: configs/vgf_cube.yaml's); a comma list gives "
+                        "one fit side per value, an empty item the config's")
     p.add_argument("--core", type=int, default=1, help="pin every side to this CPU core (-1: no pinning)")
     p.add_argument("--compile-mode", default="default",
                    help="torch.compile mode of the project's update (max-autotune-no-cudagraphs: inductor's CPU GEMM "
@@ -284,7 +296,7 @@ def main() -> None:
         if kind == "official":
             official_worker(setting, data, rest[0])
         else:
-            project_worker(setting, data, rest[0], rest[1] == "1", rest[2])
+            project_worker(setting, data, rest[0], rest[1] == "1", rest[2], int(rest[3]) if rest[3] else None)
         return
     from lit_iclr.core.stats import ratio_ci  # the driver only: the official worker's environment has no lit_iclr deps
 
@@ -306,9 +318,11 @@ def main() -> None:
         for c in compiles:
             tag = "compiled" if c == "1" else "eager"
             if c == "0" or args.compile == "on":
-                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c, args.compile_mode, core=core)
-            if not args.no_fit:
-                sides[f"fit-{tag}"] = Worker(sys.executable, "project", setting, data, "fit", c, args.compile_mode, core=core)
+                sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c, args.compile_mode,
+                                               "", core=core)
+            for n in ([] if args.no_fit else args.updates_per_batch.split(",")):
+                name = f"fit-{tag}" + (f", {n} updates/batch" if n else "")
+                sides[name] = Worker(sys.executable, "project", setting, data, "fit", c, args.compile_mode, n, core=core)
         res = measure(setting, sides, steps, args.repeats)
         for w in sides.values():
             w.close()

@@ -79,7 +79,7 @@ class TD3BC(OfflineRLModule):
     def norm(self, obs: torch.Tensor) -> torch.Tensor:
         return (obs - self.obs_mean) / self.obs_std
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
         hp = self.hparams
         opt_actor, opt_critic = self.optimizers()
         g = self.step_generator()
@@ -161,7 +161,7 @@ class FQL(OfflineRLModule):
         self.critic = Critic(obs_dim, action_dim, critic_hidden, critic_layer_norm)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
         hp = self.hparams
         opt_actor, opt_critic = self.optimizers()
         g = self.step_generator()
@@ -245,7 +245,7 @@ class IQL(OfflineRLModule):
     def v(self, obs: torch.Tensor) -> torch.Tensor:
         return self.value_net(obs).squeeze(-1)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
         hp = self.hparams
         opt_actor, opt_critic = self.optimizers()
         obs, actions = batch["observations"], batch["actions"]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from lit_iclr.core import BaseDataModule, DatasetFormatError
+from lit_iclr.core import BaseDataModule, ConfigError, DatasetFormatError
 from lit_iclr.core.loader import IndexDataset
 from lit_iclr.core.offline_rl import (
     KEYS,
@@ -42,19 +42,25 @@ class TransitionLoader:
     already taken: `position()` (the model's `updates` counter, restored from checkpoints) is read when an epoch's
     iteration starts. A run resumed from any checkpoint, mid-epoch included, therefore sees the very same stream, with
     no loader state to save (Lightning's one-batch pre-fetch cannot shift it).
+
+    With `updates_per_batch` n > 1 each item is a list of the next n minibatches of the same stream (the module takes
+    one gradient step per minibatch, so the numbers do not change), and the Trainer's fixed per-batch cost is paid
+    once per n updates.
     """
 
     def __init__(self, data: dict[str, torch.Tensor], batch_size: int, steps_per_epoch: int, seed: int = 0,
-                 rank: int = 0, position: Callable[[], int] | None = None):
+                 rank: int = 0, position: Callable[[], int] | None = None, updates_per_batch: int = 1):
+        if not isinstance(updates_per_batch, int) or updates_per_batch < 1:
+            raise ConfigError(f"data.updates_per_batch must be a positive integer, got {updates_per_batch!r}")
         self.data, self.batch_size, self.steps_per_epoch = data, batch_size, steps_per_epoch
-        self.seed, self.rank = seed, rank
+        self.seed, self.rank, self.updates_per_batch = seed, rank, updates_per_batch
         self.size = len(next(iter(data.values())))
         self._own = 0
         self.position = position or (lambda: self._own)
         self._generator = torch.Generator()  # reseeded per minibatch: no new generator per step
 
     def __len__(self) -> int:
-        return self.steps_per_epoch
+        return -(-self.steps_per_epoch // self.updates_per_batch)
 
     def batch(self, k: int) -> dict[str, torch.Tensor]:
         """The k-th minibatch of the stream."""
@@ -64,9 +70,12 @@ class TransitionLoader:
 
     def __iter__(self):
         k = int(self.position())
-        for i in range(self.steps_per_epoch - k % self.steps_per_epoch):  # a resumed epoch runs its remaining steps
-            self._own = k + i + 1
-            yield self.batch(k + i)
+        left = self.steps_per_epoch - k % self.steps_per_epoch  # a resumed epoch runs its remaining steps
+        n = self.updates_per_batch
+        for i in range(0, left, n):
+            steps = range(k + i, k + min(i + n, left))
+            self._own = steps[-1] + 1
+            yield self.batch(steps[0]) if n == 1 else [self.batch(j) for j in steps]
 
     # Lightning treats a loader with this interface as resumable; the position lives in the model, so nothing to keep.
     def state_dict(self) -> dict:
@@ -87,7 +96,7 @@ class OfflineRLData(BaseDataModule):
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 256, num_workers: int = 0,
                  steps_per_epoch: int = 1000, eval_episodes: int = 10, eval_seed: int = 10_000, seed: int = 0,
-                 reward_scale: float = 1.0, reward_shift: float = 0.0):
+                 reward_scale: float = 1.0, reward_shift: float = 0.0, updates_per_batch: int = 1):
         """
         Args:
             root: Real data (see the subclass); null generates the default dataset into `data_dir`.
@@ -100,6 +109,9 @@ class OfflineRLData(BaseDataModule):
             seed: Seed of the minibatch stream (each rank adds its rank).
             reward_scale: Rewards are used as reward_scale * r + reward_shift.
             reward_shift: See `reward_scale`.
+            updates_per_batch: Gradient steps per Trainer batch (each on its own minibatch of the same stream): the
+                Trainer's fixed per-batch cost is paid once per this many updates. Progress, `log_every_n_steps` and
+                `max_steps` then count in blocks of this many updates; the numbers do not change.
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         self.steps_per_epoch = steps_per_epoch
@@ -108,6 +120,7 @@ class OfflineRLData(BaseDataModule):
         self.seed = seed
         self.reward_scale = reward_scale
         self.reward_shift = reward_shift
+        self.updates_per_batch = updates_per_batch
         self.env_id = ""
         self.obs_dim = 0
         self.action_dim = 0
@@ -150,7 +163,8 @@ class OfflineRLData(BaseDataModule):
         rank = self.trainer.global_rank if self.trainer is not None else 0
         module = self.trainer.lightning_module if self.trainer is not None else None
         position = (lambda: int(module.updates)) if hasattr(module, "updates") else None  # gradient steps taken
-        return TransitionLoader(self.transitions, self.batch_size, self.steps_per_epoch, self.seed, rank, position)
+        return TransitionLoader(self.transitions, self.batch_size, self.steps_per_epoch, self.seed, rank, position,
+                                self.updates_per_batch)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(IndexDataset(self.eval_episodes), batch_size=self.eval_episodes)
@@ -176,7 +190,7 @@ class OGBenchData(OfflineRLData):
                  data_dir: str = "data", batch_size: int = 256, num_workers: int = 0, steps_per_epoch: int = 1000,
                  eval_episodes: int = 10, eval_seed: int = 10_000, seed: int = 0, reward_scale: float = 1.0,
                  reward_shift: float = 0.0, num_episodes: int = 100, episode_length: int = 1001,
-                 generator_seed: int = 0):
+                 generator_seed: int = 0, updates_per_batch: int = 1):
         """
         Args:
             dataset: OGBench single-task name `<env>-<play|noisy>-singletask[-taskK]-v0`.
@@ -193,9 +207,10 @@ class OGBenchData(OfflineRLData):
             num_episodes: Generated training episodes (OGBench uses 1000; one tenth as many go to the -val file).
             episode_length: Steps per generated episode (OGBench: 1001).
             generator_seed: Seed of the generated dataset.
+            updates_per_batch: Gradient steps per Trainer batch (see `OfflineRLData`).
         """
         super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
-                         reward_scale, reward_shift)
+                         reward_scale, reward_shift, updates_per_batch)
         parts = dataset.split("-")
         if "singletask" not in parts or parts.index("singletask") < 2:
             raise ValueError(f"{dataset!r} is not an OGBench single-task dataset name "
@@ -250,7 +265,8 @@ class D4RLData(OfflineRLData):
                  eval_seed: int = 10_000, seed: int = 0, reward_scale: float = 1.0, reward_shift: float = 0.0,
                  ref_min_score: float | None = None, ref_max_score: float | None = None, num_episodes: int = 400,
                  behaviour_p_expert: float = 0.5, behaviour_noise: float = 0.3, behaviour_gain: float = 1.0,
-                 generator_seed: int = 0, normalize_rewards: bool = False, max_episode_steps: int = 1000):
+                 generator_seed: int = 0, normalize_rewards: bool = False, max_episode_steps: int = 1000,
+                 updates_per_batch: int = 1):
         """
         Args:
             env_id: gymnasium environment the data come from and evaluation runs in.
@@ -274,9 +290,10 @@ class D4RLData(OfflineRLData):
             normalize_rewards: D4RL reward normalisation of the official VGF/FQL code (`--normalize_r=1`, used for
                 locomotion): rewards *= 1000 / (max - min) of the dataset's episode returns (before reward_scale).
             max_episode_steps: Episode length cap used to split episodes for that range (D4RL: 1000).
+            updates_per_batch: Gradient steps per Trainer batch (see `OfflineRLData`).
         """
         super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
-                         reward_scale, reward_shift)
+                         reward_scale, reward_shift, updates_per_batch)
         self.normalize_rewards, self.max_episode_steps = normalize_rewards, max_episode_steps
         self.reward_normalizer = 1.0  # set by read() when normalize_rewards
         self.env_id = env_id

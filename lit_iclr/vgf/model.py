@@ -80,7 +80,12 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        y = torch.baddbmm(self.bias, x.reshape(shape[0], -1, shape[-1]), self.weight)
+        x3 = x.reshape(shape[0], -1, shape[-1])
+        if self.weight.shape[-1] == 1:  # a Q head: a batched matmul with one output column is MKL's slow path on
+            # CPU (280 us for [2, 1024, 128] vs 67 us as a product and sum, which inductor also fuses into the layer before)
+            y = (x3 * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
+        else:
+            y = torch.baddbmm(self.bias, x3, self.weight)
         return y.reshape(*shape[:-1], y.shape[-1])
 
 

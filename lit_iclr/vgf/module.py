@@ -72,6 +72,21 @@ class OfflineRLModule(BaseModule):
         """Actions `[M, A]` and their Q estimate `[M]` for observations `[M, D]`, `groups[m]` indexing eval_groups()."""
         raise NotImplementedError
 
+    def training_step(self, batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]], batch_idx: int) -> None:
+        """One gradient step per minibatch: the batch is one, or a list of them (the data's `updates_per_batch`)."""
+        minibatches = batch if isinstance(batch, list) else [batch]
+        for i, minibatch in enumerate(minibatches):
+            self._last_update_of_batch = i == len(minibatches) - 1
+            self.update(minibatch)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        """One gradient step of the method on one minibatch (manual optimisation)."""
+        raise NotImplementedError
+
+    def log_train(self, metrics, prog_bar=()) -> None:
+        """As `BaseModule.log_train`; written to the loggers only after the last update of a Trainer batch."""
+        super().log_train(metrics, prog_bar, flush=getattr(self, "_last_update_of_batch", True))
+
     def step_count(self) -> int:
         """Gradient steps taken, without a device sync: the buffer is read once, then a host copy is counted on."""
         if self._host_updates is None:
@@ -339,7 +354,7 @@ class VGF(OfflineRLModule):
         return {"critic_loss": critic_loss, "bc_loss": bc_loss, "q_mean": qs.detach().mean(),
                 "target_mean": target.mean()}
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
         hp = self.hparams
         opts = self.optimizers()
         opt_actor, opt_critic = opts[0], opts[1]

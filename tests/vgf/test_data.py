@@ -5,8 +5,10 @@ The format readers' own tests (layouts, malformed files) live in tests/core/test
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from lit_iclr.core import ConfigError
 from lit_iclr.vgf.data import TransitionLoader, read_ogbench_npz
 
 
@@ -55,3 +57,25 @@ def test_transition_loader_continues_the_stream_from_the_models_step_count():
     assert not torch.equal(full[0], full[1])
     other_rank = TransitionLoader(data, 4, 6, seed=3, rank=1).batch(0)["x"]
     assert not torch.equal(other_rank, full[0])
+
+
+def test_updates_per_batch_groups_the_same_stream_and_resumes_inside_it():
+    data = {"x": torch.arange(1000.0)}
+    single = [b["x"] for b in TransitionLoader(data, 4, 7, seed=3)]
+    grouped = TransitionLoader(data, 4, 7, seed=3, updates_per_batch=3)
+    items = list(grouped)
+    assert len(grouped) == len(items) == 3 and [len(i) for i in items] == [3, 3, 1]  # 7 steps: 3 + 3 + 1
+    for a, b in zip([m["x"] for item in items for m in item], single, strict=True):
+        torch.testing.assert_close(a, b)
+    resumed = [m["x"] for item in TransitionLoader(data, 4, 7, seed=3, position=lambda: 9, updates_per_batch=3)
+               for m in item]  # 9 steps taken: epoch 2 has 5 left, the stream's steps 9..13
+    expected = [TransitionLoader(data, 4, 7, seed=3).batch(k)["x"] for k in range(9, 14)]
+    assert len(resumed) == 5
+    for a, b in zip(resumed, expected, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5])
+def test_updates_per_batch_must_be_a_positive_integer(bad):
+    with pytest.raises(ConfigError, match="updates_per_batch"):
+        TransitionLoader({"x": torch.arange(10.0)}, 2, 3, updates_per_batch=bad)

@@ -126,3 +126,33 @@ def test_fql_and_iql_baseline_twins_fit_and_report_their_policy(name, tmp_path):
     m = cli.trainer.callback_metrics
     assert int(cli.model.updates) == 4 and torch.isfinite(m["val/score_pi"])
     assert not torch.equal(cli.model.critic.net[0].weight, cli.model.target_critic.net[0].weight)
+
+
+def test_updates_per_batch_gives_the_same_run_with_fewer_trainer_batches(tmp_path):
+    """Four gradient steps per Trainer batch: the same updates in the same order (weights, Adam's state, global_step),
+    and the logged training metrics are the means over all the updates of the logging window."""
+    base = ["--trainer.limit_val_batches", "0", "--data.init_args.steps_per_epoch", "8", "--trainer.max_epochs", "1",
+            "--model.init_args.amortized", "false", "--trainer.log_every_n_steps", "2"]
+    single = fit("tests/configs/vgf.yaml", tmp_path / "single", *base)
+    grouped = fit("tests/configs/vgf.yaml", tmp_path / "grouped", *base, "--data.init_args.updates_per_batch", "4")
+    assert int(grouped.model.updates) == int(single.model.updates) == 8
+    assert grouped.trainer.global_step == single.trainer.global_step == 16  # 2 optimizer steps per update
+    assert grouped.trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2  # 8 updates in 2 Trainer batches
+    for (name, a), b in zip(single.model.state_dict().items(), grouped.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+    for a, b in zip(single.trainer.optimizers, grouped.trainer.optimizers, strict=True):
+        for sa, sb in zip(a.state.values(), b.state.values(), strict=True):
+            torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=0, atol=1e-9)
+    # log_every_n_steps counts Trainer batches: the grouped run logs once (2nd batch), the mean of all 8 updates; the
+    # single run logs every 2nd update, the mean of each pair, so the grouped value is the mean of the single run's four
+    single_log, grouped_log = _logged(tmp_path / "single", "train/critic_loss"), _logged(tmp_path / "grouped",
+                                                                                       "train/critic_loss")
+    assert len(single_log) == 4 and len(grouped_log) == 1
+    assert grouped_log[0] == pytest.approx(sum(single_log) / 4, rel=1e-5)
+
+
+def _logged(run: Path, key: str) -> list[float]:
+    from tests.twin import metric_rows
+
+    (csv_file,) = run.rglob("metrics.csv")
+    return [float(r[key]) for r in metric_rows(csv_file.parent) if r.get(key)]
