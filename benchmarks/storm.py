@@ -386,13 +386,17 @@ def cpu_time() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def compile_check(dm, steps: int, options: dict) -> dict:
+def compile_check(dm, steps: int, options: dict, rounds: int = 1) -> dict:
     """CPU time per training step (batch of the data module, 2-step rollout, forward + backward + AdamW) of STORM
     eager and with `compile_step: true` (torch.compile of the model step), one thread, in the same process. The first
     two steps are timed apart: for the compiled model they hold the compile (tracing and code generation for the
-    first step's full window and the later steps' single frame)."""
+    first step's full window and the later steps' single frame). Then `rounds` rounds of `steps`-step blocks of each,
+    the order flipping every round; the speed-up is eager / compiled by the medians and, with 2 or more rounds, as the
+    mean of the per-round ratios with its paired 95% CI."""
+    from lit_iclr.core.stats import ratio_ci
+
     b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=False)))
-    out = {}
+    out, runs = {}, {}
     for mode in ("eager", "compiled"):
         m = make_model(dm, 0, compile_step=mode == "compiled", compile_options=options)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
@@ -407,14 +411,21 @@ def compile_check(dm, steps: int, options: dict) -> dict:
         c0 = cpu_time()
         first = one()
         one()
-        warm = cpu_time() - c0
-        c0 = cpu_time()
-        for _ in range(steps):
-            one()
-        out[mode] = {"first_loss": first, "first_two_steps_cpu_s": warm, "step_cpu_s": (cpu_time() - c0) / steps}
+        out[mode] = {"first_loss": first, "first_two_steps_cpu_s": cpu_time() - c0, "block_step_cpu_s": []}
+        runs[mode] = one
+    for r in range(rounds):
+        for mode in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
+            c0 = cpu_time()
+            for _ in range(steps):
+                runs[mode]()
+            out[mode]["block_step_cpu_s"].append((cpu_time() - c0) / steps)
+    for mode in runs:
+        out[mode]["step_cpu_s"] = statistics.median(out[mode]["block_step_cpu_s"])
         print(mode, out[mode], flush=True)
     e, c = out["eager"], out["compiled"]
     out["speedup"] = e["step_cpu_s"] / c["step_cpu_s"]
+    if rounds > 1:
+        out["speedup_paired"] = ratio_ci(e["block_step_cpu_s"], c["block_step_cpu_s"])
     out["compile_cpu_s"] = c["first_two_steps_cpu_s"] - 2 * c["step_cpu_s"]
     return out
 
@@ -437,6 +448,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT), help="results folder; finished (seed, network) runs in it are skipped")
     ap.add_argument("--compile_check", type=int, default=0, metavar="STEPS",
                     help="only time STORM's training step eager vs compiled over this many steps (and the compile)")
+    ap.add_argument("--compile_rounds", type=int, default=1,
+                    help="--compile_check: blocks of STEPS steps per side, interleaved (order flipping every round)")
     ap.add_argument("--compile_backend", default="inductor")
     ap.add_argument("--scale_report", nargs="*", default=None, metavar="DIR",
                     help="only print STORM vs --scale_baseline across these finished result folders")
@@ -451,7 +464,7 @@ def main() -> None:
     t_all = time.time()
     dm = make_data(args)
     if args.compile_check:
-        res = compile_check(dm, args.compile_check, {"backend": args.compile_backend})
+        res = compile_check(dm, args.compile_check, {"backend": args.compile_backend}, args.compile_rounds)
         print(json.dumps(res, indent=1))
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / f"compile-{args.compile_backend}.json").write_text(json.dumps(res, indent=1))

@@ -129,11 +129,13 @@ def test_select_best_takes_the_argmax_particle():
     torch.testing.assert_close(select_best(particles, q), torch.tensor([[2.0, 3.0], [6.0, 7.0]]))
 
 
-def test_ensemble_linear_equals_separate_linears():
+@pytest.mark.parametrize("out_dim", [3, 1])  # 1: the Q head, computed as a product and sum instead of a matmul
+def test_ensemble_linear_equals_separate_linears(out_dim):
     torch.manual_seed(0)
-    layer = EnsembleLinear(2, 4, 3)
+    layer = EnsembleLinear(2, 4, out_dim)
     x = torch.randn(2, 7, 5, 4)
     y = layer(x)
+    assert y.shape == (2, 7, 5, out_dim)
     for k in range(2):
         torch.testing.assert_close(y[k], x[k] @ layer.weight[k] + layer.bias[k, 0])
 
