@@ -23,7 +23,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from lit_iclr.core.stats import paired_ci
+from lit_iclr.core.stats import paired_ci, ratio_ci
 from lit_iclr.reimts import IMTSForecaster, PhysioNet2012
 from lit_iclr.reimts.plots import forecast_figure, plt
 
@@ -175,15 +175,17 @@ def oracle_check(dm: PhysioNet2012, args) -> str:
     return "\n".join(rows) + f"\n\n{n} test targets, data `dynamics: {args.dynamics}`."
 
 
-def compile_check(dm: PhysioNet2012, args, steps: int = 20, warmup: int = 3) -> str:
+def compile_check(dm: PhysioNet2012, args, steps: int = 20, warmup: int = 3, rounds: int = 8) -> str:
     """CPU time (`time.process_time`, one thread) per training step (forward, backward, Adam) of ReIMTS(GraFITi) and
     GraFITi, eager against `compile: true` (inductor, dynamic shapes), on the same training batches in one process.
-    The first compiled steps (tracing and code generation) are reported separately as the compile cost."""
+    The first compiled steps (tracing and code generation) are reported separately as the compile cost. Then `rounds`
+    rounds of one pass over the `steps` batches per side, the order flipping every round; compiled / eager by the
+    medians and as the mean of the per-round ratios with its paired 95% CI."""
     batches = [b for _, b in zip(range(warmup + steps), dm.train_dataloader(), strict=False)]
-    rows = ["| model | eager ms/step | compiled ms/step | compiled / eager | compile s (first steps) |",
-            "|---|---|---|---|---|"]
+    rows = ["| model | eager ms/step | compiled ms/step | compiled / eager (medians) | per-round ratio [paired 95% CI] | "
+            "compile s (first steps) |", "|---|---|---|---|---|---|"]
     for name in [m for m in args.models if m in ("GraFITi", "ReIMTS(GraFITi)")]:
-        ms_per_step, first = [], 0.0
+        steppers, first = {}, 0.0
         for compiled in (False, True):
             torch.manual_seed(0)
             kw = {"d_model": args.d_model, "n_layers": 1, "n_heads": 4, "align": "end"} | MODELS[name]
@@ -201,14 +203,19 @@ def compile_check(dm: PhysioNet2012, args, steps: int = 20, warmup: int = 3) -> 
             for b in batches[:warmup]:
                 step(b)
             first = time.process_time() - t0 if compiled else first
-            t0 = time.process_time()
-            for b in batches[warmup:]:
-                step(b)
-            ms_per_step.append(1000 * (time.process_time() - t0) / steps)
-        rows.append(f"| {name} | {ms_per_step[0]:.1f} | {ms_per_step[1]:.1f} | {ms_per_step[1] / ms_per_step[0]:.2f}x | "
+            steppers[compiled] = step
+        ms = {False: [], True: []}
+        for r in range(rounds):
+            for compiled in ((False, True) if r % 2 == 0 else (True, False)):
+                t0 = time.process_time()
+                for b in batches[warmup:]:
+                    steppers[compiled](b)
+                ms[compiled].append(1000 * (time.process_time() - t0) / steps)
+        eager, comp = statistics.median(ms[False]), statistics.median(ms[True])
+        rows.append(f"| {name} | {eager:.1f} | {comp:.1f} | {comp / eager:.2f}x | {ratio_ci(ms[True], ms[False])} | "
                     f"{first:.1f} |")
-    return "\n".join(rows) + (f"\n\n{steps} timed steps after {warmup} warm-up steps, batch {args.batch_size}, "
-                              f"torch {torch.__version__}.")
+    return "\n".join(rows) + (f"\n\n{rounds} interleaved rounds of {steps} timed steps after {warmup} warm-up steps, "
+                              f"batch {args.batch_size}, torch {torch.__version__}.")
 
 
 def run(name: str, dm: PhysioNet2012, seed: int, epochs: int, args) -> dict:

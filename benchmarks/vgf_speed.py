@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {  # name: (hidden widths, batch, particles N, Euler steps of the reference flow, transport steps L)
     "default": ((128, 128), 128, 8, 5, 1),
     "paper": ((512, 512, 512, 512), 256, 10, 10, 3),
+    "tiny": ((8,), 4, 2, 5, 1),  # almost no arithmetic: each side's fixed cost per update (dispatch, wrappers, Python)
 }
 EPISODES = 5  # of the default cube-single data (configs/vgf_cube.yaml: 50); the step's cost does not depend on it
 FLOW = {"flow_lr": 0.05, "alpha": 0.5, "discount": 0.99, "tau": 0.005}  # configs/vgf_cube.yaml (value_q_agg: mean)
