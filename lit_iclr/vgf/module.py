@@ -24,6 +24,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure, plt
+from lit_iclr.core.functional_adam import adam_groups, adam_step
 
 from .envs import Rollouts, evaluate
 from .model import ActionGradient, Critic, FlowPolicy
@@ -367,14 +368,18 @@ class VGF(OfflineRLModule):
         opt_actor.zero_grad()
         self.manual_backward(out["critic_loss"] + out["bc_loss"])  # disjoint parameters: one backward for both
         if hp.compile_update and self.optimizer_steps_are_plain() and not self.lr_schedulers():
-            # both Adam steps and the Polyak update as one compiled function (no per-step optimizer Python); with a
+            # both Adam steps and the Polyak update as one compiled graph (no per-step optimizer Python); with a
             # scheduler the learning rate changes every step and would recompile it, so that case stays eager
             if self._apply_fn is None:
                 for group in (*opt_critic.optimizer.param_groups, *opt_actor.optimizer.param_groups):
                     if group.get("fused"):  # the fused kernel is opaque to dynamo (a graph break per optimizer);
                         group.update(fused=False, foreach=True)  # inductor fuses the foreach form's math itself
-                self._apply_fn = torch.compile(self.apply_updates, **(hp.compile_options or {}))
-            self._apply_fn(opt_critic.optimizer, opt_actor.optimizer)
+                self._apply_fn = torch.compile(self.apply_adam_updates, **(hp.compile_options or {}))
+            groups = adam_groups(opt_critic.optimizer), adam_groups(opt_actor.optimizer)
+            if None in groups:  # e.g. the first step, which makes Adam's state, or an optimizer other than Adam
+                self.apply_updates(opt_critic.optimizer, opt_actor.optimizer)
+            else:
+                self._apply_fn(*groups)
             self.count_optimizer_steps(opt_critic, opt_actor)
         else:
             self.apply_updates(opt_critic, opt_actor)
@@ -390,6 +395,13 @@ class VGF(OfflineRLModule):
         opt_critic.step()
         polyak(self.target_critic, self.critic, self.hparams.tau)
         opt_actor.step()
+
+    def apply_adam_updates(self, critic_groups: list, actor_groups: list) -> None:
+        """`apply_updates` for Adam optimizers in the functional form of `core/functional_adam.py`, which
+        `torch.compile` traces as one graph (`opt.step()` breaks the graph before and after itself)."""
+        adam_step(critic_groups)
+        polyak(self.target_critic, self.critic, self.hparams.tau)
+        adam_step(actor_groups)
 
     def action_grad_step(self, batch: dict[str, torch.Tensor], opt) -> torch.Tensor:
         """A-VGF: regress g_psi(s, a) on grad_a mean_k Q_k(s, a) at the data actions."""

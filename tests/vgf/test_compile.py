@@ -76,7 +76,7 @@ def test_inductor_compiled_update_equals_eager():
             torch.testing.assert_close(x[k], y[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
-def test_fit_with_compiled_update_and_optimizer_steps_equals_eager_fit(tmp_path):
+def test_fit_with_compiled_update_and_optimizer_steps_equals_eager_fit(tmp_path, monkeypatch):
     """Through the Trainer: `compile_update` also compiles both Adam steps and the Polyak update as one function
     (the Trainer's optimizer steps are plain PyTorch calls here); weights and step counters equal the eager fit's."""
     from tests.vgf.test_module import fit
@@ -84,9 +84,13 @@ def test_fit_with_compiled_update_and_optimizer_steps_equals_eager_fit(tmp_path)
     base = ["--trainer.limit_val_batches", "0", "--data.init_args.steps_per_epoch", "3",
             "--model.init_args.amortized", "false"]
     eager = fit("tests/configs/vgf.yaml", tmp_path / "eager", *base)
+    ordinary_steps = []  # updates that took `opt.step()` (not the compiled functional Adam)
+    plain = VGF.apply_updates
+    monkeypatch.setattr(VGF, "apply_updates", lambda self, *opts: (ordinary_steps.append(1), plain(self, *opts))[1])
     compiled = fit("tests/configs/vgf.yaml", tmp_path / "compiled", *base, "--model.init_args.compile_update", "true",
                    "--model.init_args.compile_options", '{"backend": "aot_eager"}')
-    assert compiled.model._apply_fn is not None and eager.model._apply_fn is None  # the compiled steps were taken
+    assert compiled.model._apply_fn is not None and eager.model._apply_fn is None
+    assert len(ordinary_steps) == 1  # the first update makes Adam's state; the other 5 ran the compiled graph
     assert compiled.trainer.global_step == eager.trainer.global_step == 2 * int(eager.model.updates) == 12  # 2 per update
     for (name, a), b in zip(eager.model.state_dict().items(), compiled.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
