@@ -35,6 +35,12 @@ def _batch_seed(*parts: int) -> int:
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 1
 
 
+def check_updates_per_batch(n) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"data.updates_per_batch must be a positive integer, got {n!r}: set "
+                          "data.init_args.updates_per_batch to 1 (one gradient step per Trainer batch) or more")
+
+
 class TransitionLoader:
     """`steps_per_epoch` uniform random minibatches (with replacement) per epoch, as offline RL samples them.
 
@@ -50,8 +56,7 @@ class TransitionLoader:
 
     def __init__(self, data: dict[str, torch.Tensor], batch_size: int, steps_per_epoch: int, seed: int = 0,
                  rank: int = 0, position: Callable[[], int] | None = None, updates_per_batch: int = 1):
-        if not isinstance(updates_per_batch, int) or updates_per_batch < 1:
-            raise ConfigError(f"data.updates_per_batch must be a positive integer, got {updates_per_batch!r}")
+        check_updates_per_batch(updates_per_batch)
         self.data, self.batch_size, self.steps_per_epoch = data, batch_size, steps_per_epoch
         self.seed, self.rank, self.updates_per_batch = seed, rank, updates_per_batch
         self.size = len(next(iter(data.values())))
@@ -120,6 +125,7 @@ class OfflineRLData(BaseDataModule):
         self.seed = seed
         self.reward_scale = reward_scale
         self.reward_shift = reward_shift
+        check_updates_per_batch(updates_per_batch)  # at construction, before any data is read or generated
         self.updates_per_batch = updates_per_batch
         self.env_id = ""
         self.obs_dim = 0

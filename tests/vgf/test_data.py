@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lit_iclr.core import ConfigError
-from lit_iclr.vgf.data import TransitionLoader, read_ogbench_npz
+from lit_iclr.vgf.data import D4RLData, TransitionLoader, read_ogbench_npz
 
 
 def test_ogbench_reader_matches_ogbench_loader(ogbench_small):
@@ -75,7 +75,9 @@ def test_updates_per_batch_groups_the_same_stream_and_resumes_inside_it():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("bad", [0, -2, 1.5])
-def test_updates_per_batch_must_be_a_positive_integer(bad):
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True])
+def test_updates_per_batch_must_be_a_positive_integer(bad, tmp_path):
     with pytest.raises(ConfigError, match="updates_per_batch"):
         TransitionLoader({"x": torch.arange(10.0)}, 2, 3, updates_per_batch=bad)
+    with pytest.raises(ConfigError, match="updates_per_batch"):  # already when the DataModule is made
+        D4RLData(data_dir=str(tmp_path), updates_per_batch=bad)
