@@ -116,8 +116,8 @@ class OfflineRLData(BaseDataModule):
             reward_shift: See `reward_scale`.
             updates_per_batch: Gradient steps per Trainer batch (each on its own minibatch of the same stream): the
                 Trainer's fixed per-batch cost is paid once per this many updates. Progress, the loggers' step axis,
-                `log_every_n_steps` and
-                `max_steps` then count in blocks of this many updates; the numbers do not change.
+                `log_every_n_steps` and `max_steps` then count in blocks of this many updates; the numbers do not
+                change.
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         self.steps_per_epoch = steps_per_epoch
