@@ -24,6 +24,7 @@ import lightning as L
 import torch
 
 from lit_iclr.core.stats import paired_ci, ratio_ci
+from lit_iclr.core.timing import interleaved_cpu_times
 from lit_iclr.reimts import IMTSForecaster, PhysioNet2012
 from lit_iclr.reimts.plots import forecast_figure, plt
 
@@ -204,13 +205,9 @@ def compile_check(dm: PhysioNet2012, args, steps: int = 20, warmup: int = 3, rou
                 step(b)
             first = time.process_time() - t0 if compiled else first
             steppers[compiled] = step
-        ms = {False: [], True: []}
-        for r in range(rounds):
-            for compiled in ((False, True) if r % 2 == 0 else (True, False)):
-                t0 = time.process_time()
-                for b in batches[warmup:]:
-                    steppers[compiled](b)
-                ms[compiled].append(1000 * (time.process_time() - t0) / steps)
+        blocks = interleaved_cpu_times({c: lambda step=step: [step(b) for b in batches[warmup:]]
+                                        for c, step in steppers.items()}, rounds)
+        ms = {c: [1000 * t / steps for t in times] for c, times in blocks.items()}
         eager, comp = statistics.median(ms[False]), statistics.median(ms[True])
         rows.append(f"| {name} | {eager:.1f} | {comp:.1f} | {comp / eager:.2f}x | {ratio_ci(ms[True], ms[False])} | "
                     f"{first:.1f} |")

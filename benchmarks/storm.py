@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import time
 from pathlib import Path
@@ -380,12 +379,6 @@ def scale_report(dirs: list[str], baseline: str) -> str:
                       "|---|---|---|---|---|---|", *rows])
 
 
-def cpu_time() -> float:
-    """CPU seconds of this process and its finished children (the C++ compiler runs that torch.compile starts)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
 def compile_check(dm, steps: int, options: dict, rounds: int = 1) -> dict:
     """CPU time per training step (batch of the data module, 2-step rollout, forward + backward + AdamW) of STORM
     eager and with `compile_step: true` (torch.compile of the model step), one thread, in the same process. The first
@@ -394,6 +387,7 @@ def compile_check(dm, steps: int, options: dict, rounds: int = 1) -> dict:
     the order flipping every round; the speed-up is eager / compiled by the medians and, with 2 or more rounds, as the
     mean of the per-round ratios with its paired 95% CI."""
     from lit_iclr.core.stats import ratio_ci
+    from lit_iclr.core.timing import cpu_time, interleaved_cpu_times
 
     b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=False)))
     out, runs = {}, {}
@@ -411,15 +405,11 @@ def compile_check(dm, steps: int, options: dict, rounds: int = 1) -> dict:
         c0 = cpu_time()
         first = one()
         one()
-        out[mode] = {"first_loss": first, "first_two_steps_cpu_s": cpu_time() - c0, "block_step_cpu_s": []}
-        runs[mode] = one
-    for r in range(rounds):
-        for mode in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
-            c0 = cpu_time()
-            for _ in range(steps):
-                runs[mode]()
-            out[mode]["block_step_cpu_s"].append((cpu_time() - c0) / steps)
+        out[mode] = {"first_loss": first, "first_two_steps_cpu_s": cpu_time() - c0}
+        runs[mode] = lambda one=one: [one() for _ in range(steps)]
+    blocks = interleaved_cpu_times(runs, rounds)
     for mode in runs:
+        out[mode]["block_step_cpu_s"] = [t / steps for t in blocks[mode]]
         out[mode]["step_cpu_s"] = statistics.median(out[mode]["block_step_cpu_s"])
         print(mode, out[mode], flush=True)
     e, c = out["eager"], out["compiled"]

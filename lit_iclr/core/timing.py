@@ -1,0 +1,32 @@
+"""Interleaved timing for speed comparisons inside one process (e.g. eager against compiled).
+
+Machines here are noisy, and a side that always runs first or second is biased by it. `interleaved_cpu_times` runs
+the sides in blocks, flipping or rotating the order every round, and returns each side's CPU seconds per block. Pair
+block k of one side with block k of another (`lit_iclr.core.stats.ratio_ci`) for the ratio and its CI.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+
+__all__ = ["cpu_time", "interleaved_cpu_times"]
+
+
+def cpu_time() -> float:
+    """CPU seconds of this process (`time.process_time`, fine-grained) and its finished children (e.g. the C++ compiler
+    runs that torch.compile starts; `os.times`, whole clock ticks)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+def interleaved_cpu_times(blocks: Mapping[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
+    """Run each side's block once per round, the order rotating every round; CPU seconds per block, per side."""
+    names = list(blocks)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = cpu_time()
+            blocks[name]()
+            out[name].append(cpu_time() - t0)
+    return out
