@@ -108,7 +108,6 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool, com
 def plain_runner(model_args: dict, data: str, batch: int):
     import torch
 
-    from lit_iclr.core.functional_adam import adam_groups
     from lit_iclr.core.host_memory import keep_freed_host_memory
     from lit_iclr.vgf.module import VGF
 
@@ -119,16 +118,8 @@ def plain_runner(model_args: dict, data: str, batch: int):
     compiled = model_args["compile_update"]
     compile_kw = model_args.get("compile_options", {})
     losses = torch.compile(model.update_losses, **compile_kw) if compiled else model.update_losses
-    adam_graph = torch.compile(model.apply_adam_updates, **compile_kw) if compiled else None
-
-    def apply(opt_critic, opt_actor) -> None:  # as VGF.update: one compiled graph once Adam's state exists
-        groups = adam_groups(opt_critic), adam_groups(opt_actor)
-        if adam_graph is None or None in groups:
-            model.apply_updates(opt_critic, opt_actor)
-        else:
-            adam_graph(*groups)
-
-    # as configs/vgf_cube.yaml (fused), or as VGF with compile_update (foreach, traced into the compiled apply_updates)
+    apply = model.apply_updates_compiled if compiled else model.apply_updates  # as VGF.update
+    # as configs/vgf_cube.yaml (fused), or as VGF with compile_update (foreach, traced into one compiled graph)
     kind = {"foreach": True} if compiled else {"fused": True}
     opt_actor = torch.optim.Adam(model.policy.parameters(), lr=3e-4, **kind)
     opt_critic = torch.optim.Adam(model.critic.parameters(), lr=3e-4, **kind)
@@ -185,7 +176,7 @@ def fit_server(model_args: dict, batch: int, setting: str, updates_per_batch: in
             if self.left != 0:
                 return
             wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
-            first = wall if self.first else 0.0  # the first block (one step) includes the compile
+            first = wall if self.first else 0.0  # the first block (one Trainer batch) includes the compile
             self.first = False
             proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first, "steps": self.steps}) + "\n")
             proto.flush()

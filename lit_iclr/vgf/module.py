@@ -368,18 +368,9 @@ class VGF(OfflineRLModule):
         opt_actor.zero_grad()
         self.manual_backward(out["critic_loss"] + out["bc_loss"])  # disjoint parameters: one backward for both
         if hp.compile_update and self.optimizer_steps_are_plain() and not self.lr_schedulers():
-            # both Adam steps and the Polyak update as one compiled graph (no per-step optimizer Python); with a
-            # scheduler the learning rate changes every step and would recompile it, so that case stays eager
-            if self._apply_fn is None:
-                for group in (*opt_critic.optimizer.param_groups, *opt_actor.optimizer.param_groups):
-                    if group.get("fused"):  # the fused kernel is opaque to dynamo (a graph break per optimizer);
-                        group.update(fused=False, foreach=True)  # inductor fuses the foreach form's math itself
-                self._apply_fn = torch.compile(self.apply_adam_updates, **(hp.compile_options or {}))
-            groups = adam_groups(opt_critic.optimizer), adam_groups(opt_actor.optimizer)
-            if None in groups:  # e.g. the first step, which makes Adam's state, or an optimizer other than Adam
-                self.apply_updates(opt_critic.optimizer, opt_actor.optimizer)
-            else:
-                self._apply_fn(*groups)
+            # the raw optimizers stepped in one compiled graph; with a scheduler the learning rate changes every step
+            # and would recompile it, so that case stays eager
+            self.apply_updates_compiled(opt_critic.optimizer, opt_actor.optimizer)
             self.count_optimizer_steps(opt_critic, opt_actor)
         else:
             self.apply_updates(opt_critic, opt_actor)
@@ -395,6 +386,20 @@ class VGF(OfflineRLModule):
         opt_critic.step()
         polyak(self.target_critic, self.critic, self.hparams.tau)
         opt_actor.step()
+
+    def apply_updates_compiled(self, opt_critic: torch.optim.Optimizer, opt_actor: torch.optim.Optimizer) -> None:
+        """`apply_updates` with both Adam steps and the Polyak update as one compiled graph (made on first use), once
+        Adam's state exists; the first step, which makes it, and optimizers other than Adam take `apply_updates`."""
+        if self._apply_fn is None:
+            for group in (*opt_critic.param_groups, *opt_actor.param_groups):
+                if group.get("fused"):  # the fused kernel is opaque to dynamo (a graph break per optimizer);
+                    group.update(fused=False, foreach=True)  # inductor fuses the foreach form's math itself
+            self._apply_fn = torch.compile(self.apply_adam_updates, **(self.hparams.compile_options or {}))
+        groups = adam_groups(opt_critic), adam_groups(opt_actor)
+        if None in groups:
+            self.apply_updates(opt_critic, opt_actor)
+        else:
+            self._apply_fn(*groups)
 
     def apply_adam_updates(self, critic_groups: list, actor_groups: list) -> None:
         """`apply_updates` for Adam optimizers in the functional form of `core/functional_adam.py`, which
