@@ -159,7 +159,7 @@ def speed(dm, margs, particles=(2, 4, 8, 16, 32), repeats: int = 10) -> dict:
     obs = batch["next_observations"]
     out["transport_ms"] = {}
     for n in particles:
-        obs_rep = obs.unsqueeze(1).expand(-1, n, -1)
+        obs_rep = obs.unsqueeze(1)  # [B, 1, D], broadcast against the particles
         x0 = torch.rand(obs.shape[0], n, dm.action_dim) * 2 - 1
         out["transport_ms"][n] = 1000.0 / rate(lambda o=obs_rep, x=x0: model.move(o, x, 1), repeats)
     return out

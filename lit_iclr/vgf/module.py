@@ -248,7 +248,8 @@ class VGF(OfflineRLModule):
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
              mode: str | None = None, lr: float | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """Transport particles `[B, N, A]` at states `obs` `[B, N, D]` for `steps` steps (see `transport.transport`)."""
+        """Transport particles `[B, N, A]` at states `obs` `[B, 1, D]` (or `[B, N, D]`) for `steps` steps (see
+        `transport.transport`)."""
         hp = self.hparams
         mode = mode or hp.transport
         if hp.amortized and mode == "svgd":
@@ -260,14 +261,19 @@ class VGF(OfflineRLModule):
 
             return transport(particles, score, steps, lr or hp.flow_lr, hp.alpha, kernel=False,
                              max_norm=hp.grad_clip_norm, keep=keep)
-        score = critic_score(lambda a: self.critic.value(obs, a, hp.flow_q_agg))
+        with torch.no_grad():  # constant in the particles: once per transport, not per step
+            features = self.critic.state_features(obs)
+        score = critic_score(lambda a: self.critic.value_from_features(features, a, hp.flow_q_agg))
         return transport(particles, score, steps, lr or hp.flow_lr, hp.alpha, kernel=mode == "svgd", keep=keep)
 
     def reference_particles(self, obs: torch.Tensor, generator: torch.Generator | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """States repeated N times `[B, N, D]` and N reference-policy samples for each `[B, N, A]`."""
-        obs_rep = obs.unsqueeze(1).expand(-1, self.hparams.num_particles, -1)
-        return obs_rep, self.policy.sample(obs_rep, self.hparams.bc_flow_steps, generator)
+        """The states `[B, 1, D]` (broadcasting against the particles) and N reference-policy samples for each
+        `[B, N, A]`."""
+        obs_rep = obs.unsqueeze(1)
+        x0 = torch.randn(obs.shape[0], self.hparams.num_particles, self.hparams.action_dim, generator=generator,
+                         device=obs.device, dtype=obs.dtype)
+        return obs_rep, self.policy.sample(obs_rep, self.hparams.bc_flow_steps, noise=x0)
 
     def act(self, obs: torch.Tensor, budgets: Sequence[int] = (1,), mode: str | None = None, lr: float | None = None,
             generator: torch.Generator | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -285,8 +291,9 @@ class VGF(OfflineRLModule):
         _, snaps = self.move(obs_rep, x0, max(budgets), keep=budgets, mode=mode, lr=lr)
         out = {}
         with torch.no_grad():
+            features = self.critic.state_features(obs_rep)
             for b in budgets:
-                q = self.critic.value(obs_rep, snaps[b], self.hparams.value_q_agg)
+                q = self.critic.value_from_features(features, snaps[b], self.hparams.value_q_agg)
                 out[b] = (select_best(snaps[b], q), q.max(-1).values)
         return out
 
@@ -327,7 +334,7 @@ class VGF(OfflineRLModule):
     def _td_target(self, next_obs: torch.Tensor, rewards: torch.Tensor, masks: torch.Tensor,
                    noise: torch.Tensor) -> torch.Tensor:
         hp = self.hparams
-        obs_rep = next_obs.unsqueeze(1).expand(-1, hp.num_particles, -1)
+        obs_rep = next_obs.unsqueeze(1)  # [B, 1, D]: broadcast against the N particles, never repeated
         with torch.no_grad():  # the particles carry no graph: only grad_a Q is taken, inside the flow
             x0 = self.policy.sample(obs_rep, hp.bc_flow_steps, noise=noise)
             x, _ = self.move(obs_rep, x0, hp.train_flow_steps)

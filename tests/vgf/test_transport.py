@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_iclr.vgf.model import Critic, EnsembleLinear, FlowPolicy
+from lit_iclr.vgf.model import ActionGradient, Critic, EnsembleLinear, FlowPolicy
 from lit_iclr.vgf.transport import (
     ParticleAdam,
     critic_score,
@@ -138,6 +138,52 @@ def test_ensemble_linear_equals_separate_linears(out_dim):
     assert y.shape == (2, 7, 5, out_dim)
     for k in range(2):
         torch.testing.assert_close(y[k], x[k] @ layer.weight[k] + layer.bias[k, 0])
+
+
+def test_networks_with_broadcast_states_equal_the_concatenated_input():
+    """The first layer applied in parts (the state part once per state) against the plain layers on cat(s, a) with
+    the states repeated for every particle: values, grad w.r.t. the particles, and the parameters' gradients."""
+    torch.manual_seed(0)
+    obs, x = torch.randn(3, 1, 4), torch.randn(3, 5, 2, requires_grad=True)
+    rep = obs.expand(-1, 5, -1)
+    critic = Critic(4, 2, (8, 6), layer_norm=True)
+    ref = torch.stack([_ensemble_member(critic, k, torch.cat([rep, x], -1)) for k in range(2)])  # [2, 3, 5]
+    q = critic(obs, x)
+    torch.testing.assert_close(q, ref)
+    torch.testing.assert_close(critic.value_from_features(critic.state_features(obs), x, "min"), ref.min(0).values)
+    g, g_ref = torch.autograd.grad(q.sum(), [x, critic.net[0].weight]), torch.autograd.grad(ref.sum(), [x, critic.net[0].weight])
+    torch.testing.assert_close(g[0], g_ref[0])
+    torch.testing.assert_close(g[1], g_ref[1])
+
+    policy = FlowPolicy(4, 2, (8, 8))
+    t = torch.rand(3, 5, 1)
+    v_ref = policy.net(torch.cat([rep, x, t], -1))
+    torch.testing.assert_close(policy.velocity(obs, x, t), v_ref)
+    torch.testing.assert_close(policy.velocity(obs, x, 0.4), policy.net(torch.cat([rep, x, torch.full_like(t, 0.4)], -1)))
+    w = policy.net[0].weight
+    torch.testing.assert_close(torch.autograd.grad(policy.velocity(obs, x, t).sum(), w)[0],
+                               torch.autograd.grad(v_ref.sum(), w)[0])
+    noise = torch.randn(3, 5, 2)
+    sampled, plain = policy.sample(obs, steps=3, noise=noise), noise
+    for i in range(3):  # Euler steps of the plain network on the repeated states
+        plain = plain + policy.net(torch.cat([rep, plain, torch.full_like(t, i / 3)], -1)) / 3
+    torch.testing.assert_close(sampled, plain.clamp(-1, 1))
+
+    grad_net = ActionGradient(4, 2, (8,))
+    torch.testing.assert_close(grad_net(obs, x), grad_net.net(torch.cat([rep, x], -1)))
+
+
+def _ensemble_member(critic: Critic, k: int, inp: torch.Tensor) -> torch.Tensor:
+    """Member k of the critic as plain layer-by-layer math on the concatenated input."""
+    h = inp
+    for layer in critic.net:
+        if isinstance(layer, EnsembleLinear):
+            h = h @ layer.weight[k] + layer.bias[k, 0]
+        elif isinstance(layer, torch.nn.ReLU):
+            h = h.relu()
+        else:  # EnsembleLayerNorm
+            h = torch.nn.functional.layer_norm(h, h.shape[-1:]) * layer.weight[k, 0] + layer.bias[k, 0]
+    return h.squeeze(-1)
 
 
 def test_euler_sampler_integrates_a_constant_velocity():
