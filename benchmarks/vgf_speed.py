@@ -88,7 +88,7 @@ def official_worker(setting: str, data: str, repo: str) -> None:
 
 
 def project_worker(setting: str, data: str, side: str, compile_update: bool, compile_mode: str = "default",
-                   updates_per_batch: int | None = None) -> None:
+                   updates_per_batch: int | None = None, matmul: str = "onednn") -> None:
     """Serves timed blocks of the project's update: `plain` (no Lightning) or `fit` (the CLI's Trainer)."""
     import torch
 
@@ -96,7 +96,7 @@ def project_worker(setting: str, data: str, side: str, compile_update: bool, com
     hidden, batch, particles, flow_steps, transport_steps = SETTINGS[setting]
     model_args = dict(actor_hidden=list(hidden), critic_hidden=list(hidden), num_particles=particles,
                       bc_flow_steps=flow_steps, train_flow_steps=transport_steps, value_q_agg="mean",
-                      compile_update=compile_update, **FLOW)
+                      compile_update=compile_update, matmul=matmul, **FLOW)
     if compile_mode != "default":  # torch.compile's mode, e.g. max-autotune-no-cudagraphs (inductor's CPU GEMM templates)
         model_args["compile_options"] = {"mode": compile_mode}
     if side == "plain":
@@ -290,6 +290,8 @@ def main() -> None:
     p.add_argument("--official-kept-memory", action="store_true",
                    help="also run the official side with glibc's malloc thresholds as the project sets them "
                         "(lit_iclr/core/host_memory.py), through the MALLOC_*_ environment variables")
+    p.add_argument("--matmul", default="onednn", choices=["aten", "onednn"],
+                   help="the project's matmul library (configs/vgf*.yaml: onednn; aten: PyTorch's own, MKL on x86)")
     p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -297,7 +299,7 @@ def main() -> None:
         if kind == "official":
             official_worker(setting, data, rest[0])
         else:
-            project_worker(setting, data, rest[0], rest[1] == "1", rest[2], int(rest[3]) if rest[3] else None)
+            project_worker(setting, data, rest[0], rest[1] == "1", rest[2], int(rest[3]) if rest[3] else None, rest[4])
         return
     from lit_iclr.core.stats import ratio_ci  # the driver only: the official worker's environment has no lit_iclr deps
 
@@ -320,10 +322,11 @@ def main() -> None:
             tag = "compiled" if c == "1" else "eager"
             if c == "0" or args.compile == "on":
                 sides[f"plain-{tag}"] = Worker(sys.executable, "project", setting, data, "plain", c, args.compile_mode,
-                                               "", core=core)
+                                               "", args.matmul, core=core)
             for n in ([] if args.no_fit else args.updates_per_batch.split(",")):
                 name = f"fit-{tag}" + (f", {n} updates/batch" if n else "")
-                sides[name] = Worker(sys.executable, "project", setting, data, "fit", c, args.compile_mode, n, core=core)
+                sides[name] = Worker(sys.executable, "project", setting, data, "fit", c, args.compile_mode, n,
+                                     args.matmul, core=core)
         res = measure(setting, sides, steps, args.repeats)
         for w in sides.values():
             w.close()

@@ -7,7 +7,8 @@ and an action take the observations with leading dimensions that *broadcast* aga
 against `[B, N, action_dim]` particles): their first layer on cat(s, a) is applied in parts, W [s; a] + b =
 (W_s s + b) + W_a a, and the state part is computed once per state (and once per reference-flow sampling or transport,
 see `state_features`), not once per particle and step. Same numbers as the concatenated layer up to float rounding;
-the parameters and checkpoints are those of the plain layer.
+the parameters and checkpoints are those of the plain layer. `matmul` (set by the module) picks the library of the
+products: `aten` (PyTorch's own: MKL on x86 CPUs) or `onednn` (`core/onednn_linear.py`).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from lit_iclr.core.onednn_linear import ensemble_linear, linear
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
@@ -33,15 +35,15 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, layer_norm: bool = Fal
     return nn.Sequential(*layers)
 
 
-def state_part(first: nn.Linear, obs: torch.Tensor) -> torch.Tensor:
+def state_part(first: nn.Linear, obs: torch.Tensor, matmul: str = "aten") -> torch.Tensor:
     """W_s s + b: the columns of a first layer on cat(s, ...) that see the state (the first `obs.shape[-1]`)."""
-    return F.linear(obs, first.weight[:, :obs.shape[-1]], first.bias)
+    return linear(obs, first.weight[:, :obs.shape[-1]], first.bias, matmul)
 
 
-def after_first(net: nn.Sequential, h: torch.Tensor) -> torch.Tensor:
-    """The layers of `net` after its first, on the first layer's output `h`."""
+def after_first(net: nn.Sequential, h: torch.Tensor, matmul: str = "aten") -> torch.Tensor:
+    """The layers of `net` after its first, on the first layer's output `h`; Linear layers through `matmul`."""
     for layer in list(net)[1:]:
-        h = layer(h)
+        h = linear(h, layer.weight, layer.bias, matmul) if isinstance(layer, nn.Linear) else layer(h)
     return h
 
 
@@ -53,14 +55,14 @@ class FlowPolicy(nn.Module):
     """
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
-                 layer_norm: bool = False):
+                 layer_norm: bool = False, matmul: str = "aten"):
         super().__init__()
-        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.obs_dim, self.action_dim, self.matmul = obs_dim, action_dim, matmul
         self.net = mlp(obs_dim + action_dim + 1, hidden, action_dim, layer_norm)  # input cat(s, x_t, t)
 
     def state_features(self, obs: torch.Tensor) -> torch.Tensor:
         """The first layer's state part W_s s + b `[..., H]`: the same for every particle and Euler step of a state."""
-        return state_part(self.net[0], obs)
+        return state_part(self.net[0], obs, self.matmul)
 
     def velocity_from_features(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float
                                ) -> torch.Tensor:
@@ -69,8 +71,8 @@ class FlowPolicy(nn.Module):
             t = x.new_full((*x.shape[:-1], 1), t)
         # (x_t, t) through one product: `t * w_t` with the weight's strided last column would keep inductor's fused
         # first-layer kernel scalar (measured 8 % slower sampling)
-        xt = F.linear(torch.cat([x, t], dim=-1), self.net[0].weight[:, self.obs_dim:])
-        return after_first(self.net, features + xt)
+        xt = linear(torch.cat([x, t], dim=-1), self.net[0].weight[:, self.obs_dim:], None, self.matmul)
+        return after_first(self.net, features + xt, self.matmul)
 
     def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
         """v_theta(s, x_t, t) = net(cat(s, x_t, t)); `t` is a float or has shape `[..., 1]`."""
@@ -105,8 +107,9 @@ class FlowPolicy(nn.Module):
 class EnsembleLinear(nn.Module):
     """`num` independent Linear layers applied to a stacked input `[num, ..., in]` with one batched matmul."""
 
-    def __init__(self, num: int, in_dim: int, out_dim: int):
+    def __init__(self, num: int, in_dim: int, out_dim: int, matmul: str = "aten"):
         super().__init__()
+        self.matmul = matmul
         self.weight = nn.Parameter(torch.empty(num, in_dim, out_dim))
         self.bias = nn.Parameter(torch.empty(num, 1, out_dim))
         bound = 1.0 / math.sqrt(in_dim)  # nn.Linear's default initialisation, per member
@@ -120,7 +123,7 @@ class EnsembleLinear(nn.Module):
             # CPU (280 us for [2, 1024, 128] vs 67 us as a product and sum, which inductor also fuses into the layer before)
             y = (x3 * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         else:
-            y = torch.baddbmm(self.bias, x3, self.weight)
+            y = ensemble_linear(x3, self.weight, self.bias, self.matmul)
         return y.reshape(*shape[:-1], y.shape[-1])
 
     def partial(self, x: torch.Tensor, start: int, bias: bool) -> torch.Tensor:
@@ -130,7 +133,8 @@ class EnsembleLinear(nn.Module):
         w = self.weight[:, start:start + x.shape[-1]]
         # an explicit bmm on the expanded input: `matmul`'s broadcasting folds it into products whose backward to a
         # few-column input (the action part) is MKL's slow skinny path (measured 8x slower than this bmm's)
-        y = torch.bmm(x.reshape(1, -1, x.shape[-1]).expand(num, -1, -1), w).reshape(num, *x.shape[:-1], out)
+        x3 = x.reshape(1, -1, x.shape[-1]).expand(num, -1, -1)
+        y = ensemble_linear(x3, w, None, self.matmul).reshape(num, *x.shape[:-1], out)
         return y + self.bias.reshape(num, *[1] * (x.dim() - 1), out) if bias else y
 
 
@@ -152,13 +156,13 @@ class Critic(nn.Module):
     """An ensemble of `num_q` Q networks Q_k(s, a) (MLP, LayerNorm, ReLU); `forward` returns `[num_q, ...]`."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
-                 layer_norm: bool = True, num_q: int = 2):
+                 layer_norm: bool = True, num_q: int = 2, matmul: str = "aten"):
         super().__init__()
         self.num_q = num_q
         layers: list[nn.Module] = []
         d = obs_dim + action_dim
         for h in hidden:
-            layers.append(EnsembleLinear(num_q, d, h))
+            layers.append(EnsembleLinear(num_q, d, h, matmul))
             if layer_norm:
                 layers.append(EnsembleLayerNorm(num_q, h))
             layers.append(nn.ReLU())
@@ -200,15 +204,16 @@ class ActionGradient(nn.Module):
     """A-VGF's amortised score g_psi(s, a) ~ grad_a Q(s, a), trained by regression on the critic's action gradient."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256, 256),
-                 layer_norm: bool = True):
+                 layer_norm: bool = True, matmul: str = "aten"):
         super().__init__()
-        self.obs_dim = obs_dim
+        self.obs_dim, self.matmul = obs_dim, matmul
         self.net = mlp(obs_dim + action_dim, hidden, action_dim, layer_norm)  # input cat(s, a)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """g_psi(s, a); `obs` may broadcast against the actions (`[B, 1, D]` for `[B, N, A]` particles)."""
-        first = self.net[0]
-        return after_first(self.net, state_part(first, obs) + F.linear(actions, first.weight[:, self.obs_dim:]))
+        first, mm = self.net[0], self.matmul
+        h = state_part(first, obs, mm) + linear(actions, first.weight[:, self.obs_dim:], None, mm)
+        return after_first(self.net, h, mm)
 
 
 class DeterministicActor(nn.Module):

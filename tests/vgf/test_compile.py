@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lit_iclr.core import onednn_linear
 from lit_iclr.vgf.module import VGF, polyak
 
 
@@ -37,10 +38,14 @@ def _updates(model: VGF, losses, steps: int = 2) -> list[dict[str, torch.Tensor]
     return outs
 
 
-@pytest.mark.parametrize("amortized", [False, True])
-def test_compiled_update_equals_eager(amortized):
-    """Traced by dynamo and AOTAutograd (forward and backward graphs) without a C++ build, so the test stays fast."""
-    eager, compiled = _model(amortized=amortized), _model(amortized=amortized)
+@pytest.mark.parametrize("amortized,matmul", [(False, "aten"), (True, "aten"), (False, "onednn"), (True, "onednn")])
+def test_compiled_update_equals_eager(amortized, matmul, monkeypatch):
+    """Traced by dynamo and AOTAutograd (forward and backward graphs) without a C++ build, so the test stays fast.
+    `onednn`: every product of the compiled update through oneDNN, against the eager update with PyTorch's own."""
+    if matmul == "onednn" and not onednn_linear.onednn_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    monkeypatch.setattr(onednn_linear, "MIN_MACS", 0)  # the test's networks are far below the size oneDNN takes
+    eager, compiled = _model(amortized=amortized), _model(amortized=amortized, matmul=matmul)
     fn = torch.compile(compiled.update_losses, backend="aot_eager", fullgraph=True)  # fullgraph: no graph breaks
     for a, b in zip(_updates(eager, eager.update_losses), _updates(compiled, fn), strict=True):
         for k in a:
