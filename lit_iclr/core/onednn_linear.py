@@ -88,9 +88,10 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 def _eligible(x: torch.Tensor, weight: torch.Tensor, out_features: int) -> bool:
-    """fp32 on the CPU and large enough: M x K x N >= MIN_MACS (shapes are static under compile)."""
+    """fp32 on the CPU outside CPU autocast (which would run `F.linear` in bf16) and large enough: M x K x N >=
+    MIN_MACS (shapes are static under compile)."""
     return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and x.numel() * out_features >= MIN_MACS)
+            and not torch.is_autocast_enabled("cpu") and x.numel() * out_features >= MIN_MACS)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, backend: str = "aten"

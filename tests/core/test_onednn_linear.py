@@ -44,6 +44,8 @@ def test_onednn_is_used_only_for_large_fp32_products(monkeypatch):
     od.linear(large, torch.randn(128, 128), None, "onednn")  # 256 x 128 x 128 = 4.2 M >= MIN_MACS
     od.linear(large.double(), torch.randn(128, 128, dtype=torch.float64), None, "onednn")
     od.linear(large, torch.randn(128, 128), None, "aten")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the user's mixed precision wins: F.linear in bf16
+        assert od.linear(large, torch.randn(128, 128), None, "onednn").dtype == torch.bfloat16
     assert calls == [(256, 128)]
 
 

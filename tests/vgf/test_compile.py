@@ -71,9 +71,14 @@ def test_update_losses_equal_the_separately_drawn_eager_losses():
 
 
 @pytest.mark.slow
-def test_inductor_compiled_update_equals_eager():
-    """The real C++ build of the update (tens of seconds to minutes on CPU)."""
-    eager, compiled = _model(), _model()
+@pytest.mark.parametrize("matmul", ["aten", "onednn"])
+def test_inductor_compiled_update_equals_eager(matmul, monkeypatch):
+    """The real C++ build of the update (tens of seconds to minutes on CPU); `onednn`: every product through oneDNN
+    (an opaque custom op to inductor) against the eager update with PyTorch's own."""
+    if matmul == "onednn" and not onednn_linear.onednn_available():
+        pytest.skip("this PyTorch build has no oneDNN")
+    monkeypatch.setattr(onednn_linear, "MIN_MACS", 0)
+    eager, compiled = _model(), _model(matmul=matmul)
     a = _updates(eager, eager.update_losses)
     b = _updates(compiled, torch.compile(compiled.update_losses))
     for x, y in zip(a, b, strict=True):
