@@ -9,7 +9,8 @@ sampling of B x N actions, L transport steps with a fresh Adam, target critic on
 flow-matching step. Timed blocks of the sides are interleaved, in an order that rotates every round (machine noise hits
 all alike), and each side's ratio is also the mean of its per-block ratios against the official block of the same
 round, with a paired 95% CI. The `cli.py fit` side is one continuous fit that serves the blocks from a callback. The
-first calls, which compile (XLA's jit; `torch.compile` with `--compile`), are reported separately.
+first calls, which compile (XLA's jit; `torch.compile` with `--compile`), are reported separately. The project's
+products run through oneDNN as in configs/vgf*.yaml (`--matmul aten`: PyTorch's own, MKL on x86).
 
     .venv/bin/python benchmarks/vgf_speed.py                       # the project's ms/step only, both settings
     .venv/bin/python benchmarks/vgf_speed.py --vs-official ~/src/vgf --official-python /tmp/jaxenv/bin/python
