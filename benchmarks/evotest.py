@@ -79,18 +79,8 @@ def run_one(game: str, method: str, seed: int, episodes: int, step_limit: int, d
             "evolve_s": float(np.mean(evolve_time[1:])) if episodes > 1 else 0.0}
 
 
-def paired_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """Mean of a - b and its 95% t-interval over paired seeds."""
-    from scipy import stats
-
-    d = np.asarray(a) - np.asarray(b)
-    if len(d) < 2:
-        return float(d.mean()), float("nan"), float("nan")
-    h = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    return float(d.mean()), float(d.mean() - h), float(d.mean() + h)
-
-
 def table(results: list[dict]) -> str:
+    from lit_iclr.core.stats import paired_ci
     from lit_iclr.evotest.protocol import summarise
 
     lines = []
@@ -116,10 +106,8 @@ def table(results: list[dict]) -> str:
             keeps = f"{sum(bool(k) for k in kw if k is not None)}/{len(won_runs)}" if won_runs else "-"
             if m != "evotest" and evo:
                 seeds = [r["seed"] for r in rs if r["seed"] in evo]
-                mean, lo, hi = paired_ci(np.array([evo[k] for k in seeds]),
-                                         np.array([x["auc"] for x, r in zip(s, rs, strict=True) if r["seed"] in evo]))
-                sig = "" if lo > 0 or hi < 0 else " (not significant)"
-                ci = f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]{sig}"
+                ci = str(paired_ci([evo[k] for k in seeds],
+                                   [x["auc"] for x, r in zip(s, rs, strict=True) if r["seed"] in evo]))
             else:
                 ci = "-"
             lines.append(f"| {m} | {auc.mean():.3f} ± {auc.std():.3f} | {np.mean([x['best'] for x in s]):.2f} | "

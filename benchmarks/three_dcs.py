@@ -24,8 +24,8 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from scipy import stats
 
+from lit_iclr.core.stats import paired_ci as core_paired_ci
 from lit_iclr.three_dcs import ChiralHistogram, ConformerEncoder, DistanceHistogram, MorganFingerprint, QM9Conformers
 from lit_iclr.three_dcs.evaluate import markdown, score, summarise
 from lit_iclr.three_dcs.plots import torsion_figure
@@ -35,15 +35,9 @@ OUT = ROOT / "benchmarks" / "out" / "three_dcs"
 
 
 def paired_ci(a, b) -> str:
-    """mean(a - b) with a t-based 95% CI over paired finite values."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    keep = np.isfinite(a) & np.isfinite(b)
-    d = a[keep] - b[keep]
-    if d.size < 2:
-        return "n/a"
-    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
-    sig = "significant" if abs(d.mean()) > half else "not significant"
-    return f"{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}] (n={d.size}, {sig})"
+    """mean(a - b) with a t-based 95% CI over the pairs where both values are finite."""
+    ci = core_paired_ci(a, b, finite_only=True)
+    return "n/a" if ci.n < 2 else f"{ci} (n={ci.n})"
 
 
 def train(encoder: str, target: str, seed: int, args) -> tuple[ConformerEncoder, dict]:

@@ -33,12 +33,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import lightning as L
-import numpy as np
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
-from scipy import stats
 
+from lit_iclr.core.stats import paired_ci as core_paired_ci
 from lit_iclr.trajectory_sampler import (
     BooleanLandscapeData,
     FashionMNISTCounterfactualData,
@@ -282,13 +281,8 @@ def fmt(vals):
 
 
 def paired_ci(a, b) -> str:
-    d = np.array(a) - np.array(b)
-    d = d[~np.isnan(d)]
-    if len(d) < 2:
-        return "n/a"
-    h = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-    sig = "" if (d.mean() - h > 0 or d.mean() + h < 0) else " (not significant)"
-    return f"{d.mean():+.3g} [{d.mean() - h:+.3g}, {d.mean() + h:+.3g}]{sig}"
+    ci = core_paired_ci(a, b, finite_only=True)
+    return "n/a" if ci.n < 2 else str(ci)
 
 
 def table(results, task, cols, headline):

@@ -27,14 +27,18 @@ class PairedCI:
         return f"{self.mean:+.3g} [{self.low:+.3g}, {self.high:+.3g}]{tag}"
 
 
-def paired_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> PairedCI:
-    """Paired t interval of mean(a_i - b_i); `a` and `b` are per-seed results of two methods on the same seeds."""
+def paired_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95, finite_only: bool = False) -> PairedCI:
+    """Paired t interval of mean(a_i - b_i); `a` and `b` are per-seed results of two methods on the same seeds.
+    `finite_only` drops the pairs with a NaN or infinite value (a seed whose run produced no number); `n` counts the
+    pairs kept."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"paired_ci needs two 1-D arrays of equal length, got shapes {a.shape} and {b.shape}")
     d = a - b
+    if finite_only:
+        d = d[np.isfinite(a) & np.isfinite(b)]
     n = len(d)
-    mean = float(d.mean())
+    mean = float(d.mean()) if n else float("nan")
     if n < 2:
         return PairedCI(mean, float("-inf"), float("inf"), n)
     half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / np.sqrt(n))

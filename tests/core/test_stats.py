@@ -37,3 +37,11 @@ def test_ratio_ci_is_the_t_interval_of_the_per_pair_ratios():
     r = np.array(a) / np.array(b)
     half = stats.t.ppf(0.975, 3) * r.std(ddof=1) / 2
     assert ratio_ci(a, b) == f"{r.mean():.3f} [{r.mean() - half:.3f}, {r.mean() + half:.3f}]"
+
+
+def test_finite_only_drops_the_pairs_with_a_missing_value():
+    a, b = [1.0, 2.0, float("nan"), 4.0, 5.0], [0.0, 1.5, 1.0, float("inf"), 3.0]
+    ci = paired_ci(a, b, finite_only=True)
+    kept = paired_ci([1.0, 2.0, 5.0], [0.0, 1.5, 3.0])
+    assert ci.n == 3 and (ci.mean, ci.low, ci.high) == (kept.mean, kept.low, kept.high)
+    assert np.isnan(paired_ci(a, b).mean)  # without it the missing value poisons the mean
