@@ -43,8 +43,19 @@ def state_part(first: nn.Linear, obs: torch.Tensor, matmul: str = "aten") -> tor
 def after_first(net: nn.Sequential, h: torch.Tensor, matmul: str = "aten") -> torch.Tensor:
     """The layers of `net` after its first, on the first layer's output `h`; Linear layers through `matmul`."""
     for layer in list(net)[1:]:
-        h = linear(h, layer.weight, layer.bias, matmul) if isinstance(layer, nn.Linear) else layer(h)
+        h = apply_linear(layer, h, matmul) if isinstance(layer, nn.Linear) else layer(h)
     return h
+
+
+def apply_linear(layer: nn.Linear, h: torch.Tensor, matmul: str = "aten") -> torch.Tensor:
+    """`layer(h)` through `matmul`. Compiled, a head with at most 8 outputs (the velocity of the action) is a product
+    and a sum over the hidden units, which inductor fuses with the layer before and the Euler step after: MKL's
+    product with a few output columns is its slow path (1024 x 128 x 5: 39 us); 0.955x [0.924, 0.987] of the compiled
+    update at the default size. Eager, that product would materialise [..., out, hidden], so it stays a product."""
+    if torch.compiler.is_compiling() and layer.out_features <= 8:
+        y = (h.unsqueeze(-2) * layer.weight).sum(-1)
+        return y if layer.bias is None else y + layer.bias
+    return linear(h, layer.weight, layer.bias, matmul)
 
 
 class FlowPolicy(nn.Module):
