@@ -47,12 +47,15 @@ def after_first(net: nn.Sequential, h: torch.Tensor, matmul: str = "aten") -> to
     return h
 
 
+FEW_OUTPUTS = 8  # compiled, a Linear with at most this many outputs is a fused product and sum (`apply_linear`)
+
+
 def apply_linear(layer: nn.Linear, h: torch.Tensor, matmul: str = "aten") -> torch.Tensor:
-    """`layer(h)` through `matmul`. Compiled, a head with at most 8 outputs (the velocity of the action) is a product
+    """`layer(h)` through `matmul`. Compiled, a head with at most FEW_OUTPUTS outputs (the velocity of the action) is a product
     and a sum over the hidden units, which inductor fuses with the layer before and the Euler step after: MKL's
     product with a few output columns is its slow path (1024 x 128 x 5: 39 us); 0.955x [0.924, 0.987] of the compiled
     update at the default size. Eager, that product would materialise [..., out, hidden], so it stays a product."""
-    if torch.compiler.is_compiling() and layer.out_features <= 8:
+    if torch.compiler.is_compiling() and layer.out_features <= FEW_OUTPUTS:
         y = (h.unsqueeze(-2) * layer.weight).sum(-1)
         return y if layer.bias is None else y + layer.bias
     return linear(h, layer.weight, layer.bias, matmul)
