@@ -14,11 +14,24 @@ Layout (`root` is the folder holding `CUB_200_2011/`, or that folder itself):
                                                      "CUB_200_2011/" is used), `class_label` (0-based) and
                                                      `attribute_label` (the filtered, class-level majority-voted concepts)
 
-With the pkl splits the concepts are theirs: 112 of the 312 CUB attributes (`KOH_CONCEPT_IDS`), or every attribute of
-`attributes.txt` when the vectors have that length. Without them the same processing is applied to the raw labels: a
-concept is present for a class when at least half of its training images are annotated with it (majority vote), only
-attributes present in at least `min_class_count` classes are kept, and every image gets its class-level labels; 20% of the
-training images (seeded) become the validation split. Concept groups are the attribute-name prefixes before "::".
+Quirks of the published files and what the reader does with them:
+
+- Koh et al.'s 112 concepts (`KOH_CONCEPT_INDICES`) are 0-based positions in the 312-long per-image attribute list,
+  i.e. line k + 1 of attributes.txt (their `generate_new_data.py` enumerates `attribute_label` from 0). Reading them as
+  1-based ids would shift every name by one, move 9 concepts to the wrong group and lose one of the 28 groups.
+- `attribute_label` vectors of the full length of attributes.txt (312) are taken as all attributes, in file order.
+- Raw files: Koh et al.'s majority vote. Per class, over the images of the training split (after the validation draw),
+  a 0 annotated with certainty 1 ("not visible") is not counted; the class has the attribute when its 1s are at least
+  its counted 0s (a tie, including no counted image at all, gives 1). Attributes with the value 1 in at least
+  `min_class_count` classes are kept (10 on CUB: 112 attributes), and every image gets its class-level labels.
+  20% of the training images (seeded) become the validation split.
+- Class ids of image_class_labels.txt are 1-based; with CUB_200_2011/classes.txt present they must lie in 1..(its
+  count), else in 1..N with every class used; pkl `class_label`s are 0-based and checked the same way.
+- attributes.txt ships next to CUB_200_2011/ in the official tarball; CUB_200_2011/attributes.txt and
+  CUB_200_2011/attributes/attributes.txt are accepted too. image_attribute_labels.txt has a few 6-field lines (extra
+  time column); only the first 4 fields are read.
+
+Concept groups are the attribute-name prefixes before "::" (28 on Koh et al.'s 112).
 
 The pkl files are read with an unpickler that resolves no global except numpy's scalar/array reconstructors: plain
 lists, dicts, numbers and strings load, anything that could run code is refused.
@@ -34,8 +47,9 @@ import numpy as np
 
 from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
 
-# The 112 attribute ids (1-based, of attributes.txt) Koh et al. keep after filtering; as listed by the CBM code line.
-KOH_CONCEPT_IDS = (
+# The 112 attributes Koh et al. keep (min_class_count 10), as 0-based positions in the 312 CUB attributes: index i is
+# attribute id i + 1 of attributes.txt (ConceptBottleneck, CUB/generate_new_data.py, get_class_attributes_data).
+KOH_CONCEPT_INDICES = (
     1, 4, 6, 7, 10, 14, 15, 20, 21, 23, 25, 29, 30, 35, 36, 38, 40, 44, 45, 50, 51, 53, 54, 56, 57, 59, 63, 64, 69, 70, 72,
     75, 80, 84, 90, 91, 93, 99, 101, 106, 110, 111, 116, 117, 119, 125, 126, 131, 132, 134, 145, 149, 151, 152, 153, 157,
     158, 163, 164, 168, 172, 178, 179, 181, 183, 187, 188, 193, 194, 196, 198, 202, 203, 208, 209, 211, 212, 213, 218, 220,
@@ -191,13 +205,14 @@ def _read_pkl_splits(cub: Path, pkl: Path, attr_names: dict[int, str]) -> CUBDat
     records = {s: load_split_pkl(pkl / f"{s}.pkl") for s in SPLITS}
     k = len(records["train"][0]["attribute_label"])
     if k == len(attr_names):
-        ids = list(range(1, k + 1))
-    elif k == len(KOH_CONCEPT_IDS) and len(attr_names) >= max(KOH_CONCEPT_IDS):
-        ids = list(KOH_CONCEPT_IDS)
+        positions = list(range(k))
+    elif k == len(KOH_CONCEPT_INDICES) and len(attr_names) > max(KOH_CONCEPT_INDICES):
+        positions = list(KOH_CONCEPT_INDICES)  # 0-based: position i is attribute id i + 1
     else:
         raise DatasetFormatError(pkl / "train.pkl", f"attribute_label has {k} entries; attributes.txt lists {len(attr_names)}",
                                  "use Koh et al.'s 112-concept splits with CUB's 312-attribute attributes.txt")
-    names = [attr_names[i] for i in ids]
+    names = [attr_names[i + 1] for i in positions]
+    n_listed = _class_count(cub)
     out, n_classes = {}, 0
     for s in SPLITS:
         path = pkl / f"{s}.pkl"
@@ -213,11 +228,52 @@ def _read_pkl_splits(cub: Path, pkl: Path, attr_names: dict[int, str]) -> CUBDat
             labels.append(int(rec["class_label"]))
             concepts.append(c)
         labels_arr = np.asarray(labels, np.int64)
-        if labels_arr.min() < 0:
-            raise DatasetFormatError(path, "negative class_label", "use Koh et al.'s split files unchanged")
+        hi = n_listed if n_listed is not None else None
+        bad = (labels_arr < 0) | (labels_arr >= hi if hi is not None else False)
+        if bad.any():
+            n = int(np.flatnonzero(bad)[0])
+            span = f"0..{hi - 1} (the {hi} classes of classes.txt)" if hi is not None else "0 or more"
+            raise DatasetFormatError(path, f"record {n} has class_label {int(labels_arr[n])}, outside {span}",
+                                     "class_label is the 0-based class index; use Koh et al.'s split files unchanged")
         n_classes = max(n_classes, int(labels_arr.max()) + 1)
         out[s] = CUBSplit(paths, labels_arr, np.stack(concepts).astype(np.float32))
-    return CUBData(out, names, _groups(names), n_classes)
+    return CUBData(out, names, _groups(names), n_listed or n_classes)
+
+
+def _class_count(cub: Path) -> int | None:
+    """Number of classes listed in CUB_200_2011/classes.txt ("<class id> <folder>", 1-based), None without the file."""
+    path = cub / "classes.txt"
+    if not path.exists():
+        return None
+    ids = _read_id_strings(path)
+    if sorted(ids) != list(range(1, len(ids) + 1)):
+        raise DatasetFormatError(path, "class ids are not 1..N", "re-extract classes.txt from CUB_200_2011.tgz")
+    return len(ids)
+
+
+def _class_labels(cub: Path, cls: np.ndarray) -> np.ndarray:
+    """0-based class of each row of image_class_labels.txt; ids outside the listed classes are refused by name."""
+    path = cub / "image_class_labels.txt"
+    n_listed = _class_count(cub)
+    ids = cls[:, 1]
+    if n_listed is not None:
+        bad, span = (ids < 1) | (ids > n_listed), f"1..{n_listed} (the classes of classes.txt)"
+    else:
+        used = np.unique(ids)
+        n = int(used.max()) if len(used) else 0
+        bad, span = ids < 1, "1..N"
+        if not bad.any() and len(used) != n:
+            missing = sorted(set(range(1, n + 1)) - set(used.tolist()))
+            raise DatasetFormatError(path, f"class ids run up to {n} but no image has class id {missing[0]} "
+                                     f"({len(missing)} of 1..{n} unused)",
+                                     "class ids are CUB's 1-based ids; put CUB_200_2011/classes.txt beside it "
+                                     "or renumber the classes 1..N")
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetFormatError(path, f"image {int(cls[row, 0])} has class id {int(ids[row])}, outside {span}",
+                                 "class ids are 1-based ids of classes.txt; re-extract image_class_labels.txt and "
+                                 "classes.txt from the same CUB release")
+    return ids - 1
 
 
 def _read_raw(cub: Path, attr_names: dict[int, str], min_class_count: int, val_fraction: float, seed: int) -> CUBData:
@@ -243,26 +299,32 @@ def _read_raw(cub: Path, attr_names: dict[int, str], min_class_count: int, val_f
     rows = np.array([pos[int(i)] for i in lab[:, 0]])
     per_image[rows, lab[:, 1] - 1] = (lab[:, 2] > 0).astype(np.float32)
     labels = np.zeros(n, np.int64)
-    labels[[pos[int(i)] for i in cls[:, 0]]] = cls[:, 1] - 1
+    labels[[pos[int(i)] for i in cls[:, 0]]] = _class_labels(cub, cls)
     is_train = np.zeros(n, bool)
     is_train[[pos[int(i)] for i in split[:, 0]]] = split[:, 1] > 0
-    n_classes = int(labels.max()) + 1
-    # Koh et al.: class-level majority vote over the training images, then keep attributes frequent across classes
-    counts = np.zeros((n_classes, n_attr))
-    np.add.at(counts, labels[is_train], per_image[is_train])
-    totals = np.bincount(labels[is_train], minlength=n_classes)[:, None]
-    class_attr = (counts >= 0.5 * np.maximum(totals, 1)).astype(np.float32)
+    n_classes = _class_count(cub) or int(labels.max()) + 1
+    # validation draw first: Koh et al. vote over their train.pkl, the official training images minus validation
+    rng = np.random.default_rng(seed)
+    train_idx = np.flatnonzero(is_train)
+    val_mask = np.zeros(n, bool)
+    val_mask[rng.choice(train_idx, size=int(round(val_fraction * len(train_idx))), replace=False)] = True
+    members = {"train": is_train & ~val_mask, "val": val_mask, "test": ~is_train}
+    # Koh et al.'s majority vote (get_class_attributes_data): per class and attribute count the 1s and the 0s, except
+    # 0s of certainty 1 ("not visible"); the class label is 1 when ones >= zeros (ties, even 0 = 0, give 1); keep the
+    # attributes that are 1 in at least min_class_count classes
+    counted = np.zeros((n, n_attr), bool)
+    counted[rows, lab[:, 1] - 1] = (lab[:, 2] > 0) | (lab[:, 3] != 1)
+    vote = members["train"]
+    ones, zeros = np.zeros((n_classes, n_attr)), np.zeros((n_classes, n_attr))
+    np.add.at(ones, labels[vote], per_image[vote] * counted[vote])
+    np.add.at(zeros, labels[vote], (1 - per_image[vote]) * counted[vote])
+    class_attr = (ones >= zeros).astype(np.float32)
     keep = np.flatnonzero(class_attr.sum(0) >= min_class_count)
     if len(keep) == 0:
         raise DatasetFormatError(lab_path, f"no attribute is present in {min_class_count} classes",
                                  "lower min_class_count (the data has few classes)")
     concepts = class_attr[labels][:, keep]
     names = [attr_names[int(i) + 1] for i in keep]
-    rng = np.random.default_rng(seed)
-    train_idx = np.flatnonzero(is_train)
-    val_mask = np.zeros(n, bool)
-    val_mask[rng.choice(train_idx, size=int(round(val_fraction * len(train_idx))), replace=False)] = True
-    members = {"train": is_train & ~val_mask, "val": val_mask, "test": ~is_train}
     out = {}
     for s, m in members.items():
         idx = np.flatnonzero(m)

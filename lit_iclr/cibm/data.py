@@ -24,6 +24,9 @@ from .embed import embed_images, embedding_dim, normalize, pretrain_on_fashion_m
 from .xlsa17 import read_xlsa17
 
 SPLITS = ("train", "val", "test")
+# bumped when a reader's output changes, so embeddings cached with older concept labels are not reused
+# (2: Koh et al.'s majority vote skips "not visible" zeros)
+READER_VERSION = 2
 
 
 class ConceptDataset(Dataset):
@@ -161,8 +164,8 @@ class CUBConcepts(_ConceptData):
 
     def _cache_file(self) -> Path:
         weights = self._backbone_weights()
-        key = json.dumps([str(self.path.resolve()), self.splits, self.min_class_count, self.image_size, self.in_chans,
-                          self.embed_backbone, self.embed_stages, self.embed_grid, str(weights),
+        key = json.dumps([READER_VERSION, str(self.path.resolve()), self.splits, self.min_class_count, self.image_size,
+                          self.in_chans, self.embed_backbone, self.embed_stages, self.embed_grid, str(weights),
                           weights.stat().st_mtime if weights is not None and weights.exists() else 0], sort_keys=True)
         return Path(self.data_dir) / "cache" / f"cibm-{hashlib.sha1(key.encode()).hexdigest()[:16]}.pt"
 

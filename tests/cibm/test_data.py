@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from lit_iclr.cibm.cub import KOH_CONCEPT_IDS, load_split_pkl, read_cub
+from lit_iclr.cibm.cub import KOH_CONCEPT_INDICES, load_split_pkl, read_cub
 from lit_iclr.cibm.generate import GROUPS, concept_names, generate_cub, one_hot
 from lit_iclr.cibm.xlsa17 import read_xlsa17
 from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
@@ -92,7 +92,7 @@ def test_split_pickles_load_without_running_code(tmp_path):
         load_split_pkl(p)
     p.write_bytes(pickle.dumps([{"img_path": "a", "class_label": np.int64(3), "attribute_label": np.array([0, 1])}]))
     assert int(load_split_pkl(p)[0]["class_label"]) == 3  # numpy scalars and arrays are data, allowed
-    assert len(KOH_CONCEPT_IDS) == 112 and KOH_CONCEPT_IDS[-1] == 311
+    assert len(KOH_CONCEPT_INDICES) == 112 and KOH_CONCEPT_INDICES[-1] == 311
 
 
 def test_xlsa17_reader(tmp_path):
