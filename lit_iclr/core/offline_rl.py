@@ -15,9 +15,22 @@ success test (`ogbench.relabel_utils.relabel_dataset`): reward = #satisfied subg
 D4RL conventions: `terminals` are true terminations (mask 0), `timeouts` are time-limit ends; when the file has no
 `next_observations` they are derived by shifting within an episode, and the last step of a timed-out episode, which
 has no successor, is dropped. A `costs` array (DSRL / OSRL's extension of the layout) is read like `rewards`.
+A stored `next_observations` must have the columns of `observations`; costs must be >= 0 (a constraint violation).
+
+Minari conventions (the maintained successor of D4RL's datasets, `minari` 0.5 HDF5 storage): a dataset folder
+`<MINARI_DATASETS_PATH>/<dataset_id>/data/` holds `metadata.json` (dataset_id, env_spec as a JSON string,
+ref_min_score / ref_max_score when recorded, observation/action spaces) and `main_data.hdf5` with one group
+`episode_<i>` per episode: `observations` [T + 1] (the reset observation, then one per step), `actions`, `rewards`,
+`terminations`, `truncations` [T], and `infos/<key>` with T + 1 rows when written by `minari.DataCollector` (the reset
+info first) or T rows. Row t pairs observations[t] with observations[t + 1], so every step, a truncated last one
+included, has its successor: nothing is dropped, and only `terminations` zero the mask. Costs come from
+`infos/cost` (the `info["cost"]` of Safety-Gymnasium-style environments). Minari < 0.5 kept the metadata as attributes
+of `main_data.hdf5`; they are read when `metadata.json` is absent. Dict/Tuple spaces (HDF5 groups) are refused.
 """
 from __future__ import annotations
 
+import json
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -73,6 +86,25 @@ def _per_step_vector(path: Path, v: np.ndarray, key: str) -> np.ndarray:
         raise DatasetFormatError(path, f"key {key!r} has shape {v.shape}, expected one value per step [T]",
                                  f"store a scalar {key[:-1]} per row")
     return v.astype(np.float32).reshape(-1)
+
+
+def _costs(path: Path, v: np.ndarray, key: str = "costs") -> np.ndarray:
+    """One non-negative cost per step: a cost counts constraint violations, so a negative one (a reward sign, or a
+    cost-minus-threshold) would silently relax the budget."""
+    c = _per_step_vector(path, v, key)
+    if (c < 0).any():
+        row = int(np.flatnonzero(c < 0)[0])
+        raise DatasetFormatError(path, f"key {key!r} has {(c < 0).sum()} negative values (first at row {row}: "
+                                 f"{float(c[row]):g})", "costs must be >= 0 (1 per violating step in Safety-Gym/DSRL); "
+                                 "store the cost itself, not a negated cost or cost minus a threshold")
+    return c
+
+
+def _check_next_observations(path: Path, obs: np.ndarray, nxt: np.ndarray) -> None:
+    if nxt.shape[1:] != obs.shape[1:]:
+        raise DatasetFormatError(path, f"key 'next_observations' has shape {nxt.shape} but 'observations' has "
+                                 f"{obs.shape}", "store next_observations with the columns of observations, or drop "
+                                 "the key so that it is derived from observations and timeouts")
 
 
 def single_hdf5(path: str | Path) -> Path:
@@ -149,6 +181,8 @@ def read_d4rl_hdf5(path: str | Path, action_low: float = -1.0, action_high: floa
     per_step = {k: np.asarray(raw[k]) for k in ("observations", "actions", "rewards", "terminals", "timeouts",
                                                 "next_observations", "costs") if k in raw}
     _check_lengths(path, per_step)
+    if "next_observations" in per_step:
+        _check_next_observations(path, per_step["observations"], per_step["next_observations"])
     _check_finite(path, per_step)
     _check_actions(path, per_step["actions"], action_low, action_high)
 
@@ -173,7 +207,7 @@ def read_d4rl_hdf5(path: str | Path, action_low: float = -1.0, action_high: floa
         "masks": (1.0 - terminals[keep]).astype(np.float32),
     }
     if "costs" in per_step:
-        out["costs"] = _per_step_vector(path, per_step["costs"], "costs")[keep]
+        out["costs"] = _costs(path, per_step["costs"])[keep]
     return out
 
 
@@ -232,5 +266,148 @@ def read_ogbench_npz(path: str | Path, env=None, env_name: str | None = None,
         out["masks"] = (per_step["masks"][ob_mask] if "masks" in per_step
                         else np.ones(ob_mask.sum())).astype(np.float32).reshape(-1)
     if "costs" in per_step:
-        out["costs"] = _per_step_vector(path, per_step["costs"], "costs")[ob_mask]
+        out["costs"] = _costs(path, per_step["costs"])[ob_mask]
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------- Minari
+MINARI_FILE = "main_data.hdf5"
+
+
+def minari_data_dir(path: str | Path) -> Path | None:
+    """The folder holding `main_data.hdf5` when `path` is a Minari dataset (`<root>/<dataset_id>`, its `data/`
+    folder, or the `main_data.hdf5` file itself); None when it is not in that layout."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p.parent if p.name == MINARI_FILE else None
+    for cand in (p, p / "data"):
+        if (cand / MINARI_FILE).is_file():
+            return cand
+    return None
+
+
+def read_minari_metadata(data_dir: str | Path) -> dict:
+    """The dataset's metadata (`metadata.json`, else the root attributes of `main_data.hdf5`, as Minari < 0.5 kept
+    them), with `env_spec` parsed from its JSON string into a dict ({} when the dataset records none)."""
+    import h5py
+
+    data_dir = Path(data_dir)
+    meta_file = data_dir / "metadata.json"
+    if meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError) as e:
+            raise DatasetFormatError(meta_file, f"not readable JSON ({e})", "re-create the dataset with minari") from e
+    else:
+        with h5py.File(data_dir / MINARI_FILE, "r") as f:
+            meta = {k: (v.decode() if isinstance(v, bytes) else v.item() if isinstance(v, np.generic) else v)
+                    for k, v in f.attrs.items()}
+    spec = meta.get("env_spec")
+    if isinstance(spec, str):
+        try:
+            meta["env_spec"] = json.loads(spec)
+        except ValueError as e:
+            raise DatasetFormatError(meta_file, f"env_spec is not a JSON string ({e})",
+                                     "re-create the dataset with minari (env_spec = EnvSpec.to_json())") from e
+    meta["env_spec"] = meta.get("env_spec") or {}
+    return meta
+
+
+def _episode_keys(f) -> list[str]:
+    eps = [k for k in f.keys() if re.fullmatch(r"episode_\d+", k)]
+    return sorted(eps, key=lambda k: int(k.split("_")[1]))
+
+
+def _flat_rows(path: Path, group, key: str, where: str) -> np.ndarray:
+    import h5py
+
+    v = group.get(key)
+    if v is None:
+        raise DatasetFormatError(path, f"{where} has no {key!r} (found {sorted(group.keys())})",
+                                 "a Minari episode holds observations, actions, rewards, terminations, truncations")
+    if isinstance(v, h5py.Group):
+        raise DatasetFormatError(path, f"{where}/{key} is a group {sorted(v.keys())} (a Dict or Tuple space)",
+                                 f"flatten the {key} into one array per step (gymnasium.wrappers.FlattenObservation) "
+                                 "and re-create the dataset")
+    a = v[()]
+    if not np.issubdtype(a.dtype, np.number) and a.dtype != bool:
+        raise DatasetFormatError(path, f"{where}/{key} has dtype {a.dtype} (encoded images?)",
+                                 "store numeric vectors (minari jpeg_encoding=False for image spaces)")
+    return a
+
+
+def read_minari(path: str | Path, action_low: float = -1.0, action_high: float = 1.0, require_costs: bool = False,
+                cost_key: str = "cost") -> tuple[dict[str, np.ndarray], dict]:
+    """(transitions, metadata) of a Minari dataset (see the module docstring); raises `DatasetFormatError`.
+
+    metadata is `read_minari_metadata`'s dict plus `episode_returns` (undiscounted return of every episode).
+    `infos/<cost_key>`, when present, becomes `costs`; `require_costs` makes its absence an error.
+    """
+    import h5py
+
+    data_dir = minari_data_dir(path)
+    if data_dir is None:
+        raise DatasetNotFoundError(path, f"no Minari dataset here (no {MINARI_FILE} in it or in its data/ folder)",
+                                   "point `root` at <MINARI_DATASETS_PATH>/<dataset_id> (e.g. ~/.minari/datasets/"
+                                   "mujoco/hopper/medium-v0)")
+    meta = read_minari_metadata(data_dir)
+    file = data_dir / MINARI_FILE
+    parts = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "masks", "costs")}
+    returns = []
+    try:
+        f = h5py.File(file, "r")
+    except OSError as e:
+        raise DatasetFormatError(file, f"not a readable HDF5 file ({e})", "re-download or re-create the dataset") from e
+    with f:
+        episodes = _episode_keys(f)
+        if not episodes:
+            raise DatasetFormatError(file, f"no episode_<i> groups (found {sorted(f.keys())[:5]})",
+                                     "a Minari main_data.hdf5 holds one group episode_<i> per episode")
+        for name in episodes:
+            g = f[name]
+            obs = _flat_rows(file, g, "observations", name)
+            obs = obs.reshape(len(obs), -1)
+            act = _flat_rows(file, g, "actions", name)
+            act = act.reshape(len(act), -1)
+            rew = _flat_rows(file, g, "rewards", name).reshape(-1)
+            term = _flat_rows(file, g, "terminations", name).astype(bool).reshape(-1)
+            trunc = _flat_rows(file, g, "truncations", name).astype(bool).reshape(-1)
+            T = len(rew)
+            if T == 0:
+                continue
+            if len(obs) != T + 1:
+                raise DatasetFormatError(file, f"{name}/observations has {len(obs)} rows for {T} steps",
+                                         "Minari stores T + 1 observations per episode (the reset one, then one per step)")
+            for key, arr in (("actions", act), ("terminations", term), ("truncations", trunc)):
+                if len(arr) != T:
+                    raise DatasetFormatError(file, f"{name}/{key} has {len(arr)} rows for {T} rewards",
+                                             "every per-step array of an episode has one row per step")
+            infos = g.get("infos")
+            if infos is not None and cost_key in infos:
+                c = _flat_rows(file, infos, cost_key, f"{name}/infos").reshape(-1)
+                if len(c) not in (T, T + 1):
+                    raise DatasetFormatError(file, f"{name}/infos/{cost_key} has {len(c)} rows for {T} steps",
+                                             "record one cost per step (T rows, or T + 1 with the reset info first)")
+                parts["costs"].append(c[len(c) - T:])  # DataCollector: row 0 is the reset info
+            elif require_costs:
+                raise DatasetFormatError(file, f"{name} has no infos/{cost_key}",
+                                         f"record info[{cost_key!r}] per step (minari.DataCollector(record_infos=True))")
+            parts["observations"].append(obs[:-1])
+            parts["next_observations"].append(obs[1:])
+            parts["actions"].append(act)
+            parts["rewards"].append(rew)
+            parts["masks"].append(1.0 - term)
+            returns.append(float(np.sum(rew, dtype=np.float64)))
+    if not returns:
+        raise DatasetFormatError(file, "every episode is empty", "point at a dataset with transitions")
+    if parts["costs"] and len(parts["costs"]) != len(returns):
+        raise DatasetFormatError(file, f"only {len(parts['costs'])} of {len(returns)} episodes record infos/{cost_key}",
+                                 "record the cost in every episode")
+    raw = {k: np.concatenate(v) for k, v in parts.items() if v}
+    _check_finite(file, raw)
+    _check_actions(file, raw["actions"], action_low, action_high)
+    out = {k: raw[k].astype(np.float32) for k in KEYS}
+    if "costs" in raw:
+        out["costs"] = _costs(file, raw["costs"], f"infos/{cost_key}")
+    meta["episode_returns"] = np.asarray(returns)
+    return out, meta
