@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from . import registry
+from .core.classes import checkpoint_class_names, refusal, resolve_class
 from .core.data import BaseDataModule
 from .core.dist_ckpt import is_distributed_checkpoint
 from .core.errors import CheckpointError, ConfigError, LitIclrError
@@ -106,12 +107,7 @@ class LitIclrCLI(LightningCLI):
             raise CheckpointError(ckpt_path, "no such checkpoint file",
                                   "pass an existing .ckpt (e.g. runs/<config>/<run>/checkpoints/last.ckpt) or `last`")
         if ckpt_path and Path(ckpt_path).is_file():
-            saved = read_checkpoint(ckpt_path).get("lit_iclr_class")
-            wanted = self.config[sub]["model"]["class_path"]
-            if saved is not None and _resolve(saved) is not _resolve(wanted):
-                raise CheckpointError(ckpt_path, f"was written by {saved}, but the config selects {wanted}",
-                                      f"use `--model {saved.rsplit('.', 1)[-1]}` with that method's config, "
-                                      "or a checkpoint of this model")
+            check_checkpoint_classes(read_checkpoint(ckpt_path), self.config[sub]["model"]["class_path"], ckpt_path)
         super()._parse_ckpt_path()
 
     def before_instantiate_classes(self) -> None:
@@ -175,8 +171,25 @@ def _replace_run_dir(node: Any, run_dir: str) -> None:
             init["save_dir"] = run_dir
 
 
-def _resolve(path: str) -> Any:
-    """The class a dotted path names (a re-export and its defining module name the same class); None if unknown."""
+def check_checkpoint_classes(ckpt: dict, wanted: str, ckpt_path: str | Path) -> None:
+    """Refuse, in one line and before anything is imported, a checkpoint naming a class other than the config's model:
+    its `lit_iclr_class` and the `_class_path` of its hyperparameters (which Lightning's CLI would otherwise swap in
+    for the config's model). A name other than `wanted` must pass the allow-list (`core/classes.py`) and be the same
+    class (a re-export); `wanted` was chosen by the config and is already imported by the parser."""
+    wanted_cls = _config_class(wanted)
+    for key, saved in checkpoint_class_names(ckpt):
+        if saved == wanted:
+            continue
+        fix = (f"use `--model {str(saved).rsplit('.', 1)[-1]}` with that method's config, or a checkpoint of this model")
+        problem = f"was written by {saved} ({key}), but the config selects {wanted}"
+        if refusal(saved) is not None:
+            raise CheckpointError(ckpt_path, f"{problem}; {saved!r} is not a lit-iclr model, so it is not imported", fix)
+        if resolve_class(saved, BaseModule, ckpt_path, fix) is not wanted_cls:
+            raise CheckpointError(ckpt_path, problem, fix)
+
+
+def _config_class(path: str) -> Any:
+    """The class the config's `class_path` names (the parser imported it already); the string if it cannot be found."""
     module, _, name = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)

@@ -3,15 +3,15 @@
 A hub folder holds `config.yaml` (the model's class and init arguments, plus the run's full config under `run`),
 `model.safetensors` (weights only, no pickle) and `README.md` (a model card with the exact command, git sha, package
 versions, final metrics, and the SHA-256 of the other two files in its front matter). Loading never unpickles: weights
-come through safetensors and arguments through YAML; the checksums are verified and the model class must live in
-`lit_iclr.` (or a prefix the user trusts through LIT_ICLR_TRUSTED_MODULES) before any module is imported.
+come through safetensors and arguments through YAML; the checksums are verified and the model class must pass the
+allow-list of `core/classes.py` (`lit_iclr.`, or a prefix the user trusts through LIT_ICLR_TRUSTED_MODULES) before any
+module is imported.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import hashlib
-import importlib
 import json
 import os
 import sys
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import yaml
 
+from .classes import resolve_class, trusted_prefixes  # noqa: F401 - trusted_prefixes: re-export
 from .data import atomic_dir
 from .dist_ckpt import is_distributed_checkpoint, read_distributed_checkpoint
 from .errors import CheckpointError, LitIclrError
@@ -68,11 +69,6 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def trusted_prefixes() -> tuple[str, ...]:
-    extra = [p.strip() for p in os.environ.get("LIT_ICLR_TRUSTED_MODULES", "").split(",") if p.strip()]
-    return ("lit_iclr.", *(p if p.endswith(".") else p + "." for p in extra))
 
 
 def card_checksums(card: Path) -> dict[str, str]:
@@ -204,17 +200,12 @@ def load_model(folder_or_repo: str | Path, revision: str | None = None) -> BaseM
         raise CheckpointError(cfg_file, "hub folder has no config.yaml", "point at a folder written by `hub export`")
     verify_folder(folder)
     model_cfg = (yaml.safe_load(cfg_file.read_text()) or {}).get("model") or {}
-    path = str(model_cfg.get("class_path", ""))
-    # nothing is imported before the class is known to be a lit-iclr model: importing runs a module's code
-    if not path.startswith(trusted_prefixes()):
-        raise CheckpointError(cfg_file, f"names the class {path!r}, which is not a lit-iclr model (lit_iclr.*)",
-                              "load only lit-iclr exports (to trust another package, add its prefix to "
-                              "LIT_ICLR_TRUSTED_MODULES)")
-    module_name, _, cls_name = path.rpartition(".")
-    cls = getattr(importlib.import_module(module_name), cls_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, BaseModule)):
-        raise CheckpointError(cfg_file, f"{path} is not a lit-iclr model", "use a lit-iclr export")
-    model = cls(**model_cfg.get("init_args", {}))
+    # nothing is imported before the class passes the allow-list: importing runs a module's code
+    cls = resolve_class(model_cfg.get("class_path"), BaseModule, cfg_file, "load only lit-iclr exports")
+    init_args = model_cfg.get("init_args") or {}
+    if not isinstance(init_args, dict):
+        raise CheckpointError(cfg_file, "model.init_args is not a mapping", "download or export the folder again")
+    model = cls(**init_args)
     model.configure_model()
     from safetensors.torch import load_file
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -95,12 +96,25 @@ class BaseModule(L.LightningModule):
             self.log(k, torch.tensor(v / counts[k]), prog_bar=k in shown, on_step=True, on_epoch=False, batch_size=1)
 
 
+def check_class_matches(cls: type, checkpoint: dict[str, Any], source: str | Path = "checkpoint") -> None:
+    """Raise `CheckpointError` unless every class the checkpoint names (`lit_iclr_class`, else the `_class_path`
+    LightningCLI records in its hyperparameters) is `cls`. A name that differs from `cls`'s path is resolved through
+    the allow-list of `classes.py` (a re-export names the same class), so nothing outside it is imported."""
+    from .classes import checkpoint_class_names, refusal, resolve_class
+
+    own = class_path(cls)
+    for key, saved in checkpoint_class_names(checkpoint):
+        if saved == own:
+            continue
+        fix = (f"select the model with `--model {str(saved).rsplit('.', 1)[-1]}` or use a checkpoint of {own}")
+        if refusal(saved) is None and resolve_class(saved, BaseModule, source, fix) is cls:
+            continue
+        raise CheckpointError(source, f"written by {saved} ({key}), not {own}", fix)
+
+
 def check_state_compatible(module, checkpoint: dict[str, Any], source: str = "checkpoint") -> None:
     """Raise `CheckpointError` when `checkpoint` was written by another model class or its tensors do not fit."""
-    saved_cls = checkpoint.get("lit_iclr_class")
-    if saved_cls is not None and saved_cls != class_path(module):
-        raise CheckpointError(source, f"written by {saved_cls}, not {class_path(module)}",
-                              f"select the model with `--model {saved_cls.rsplit('.', 1)[-1]}` or use a matching checkpoint")
+    check_class_matches(type(module), checkpoint, source)
     state = checkpoint.get("state_dict")
     if state is None:
         return

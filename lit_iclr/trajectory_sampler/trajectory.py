@@ -1,19 +1,21 @@
 """A training trajectory as data: the checkpoints a Lightning `ModelCheckpoint` left in a folder, loaded in step order.
 
-Any Lightning checkpoint folder works: every `*.ckpt` is read with `torch.load(weights_only=True)`, the module class is
-taken from `predictor_class`, else from the checkpoint (`lit_iclr_class`, or the `_class_path` LightningCLI records in
-the hyperparameters), rebuilt from the saved hyperparameters and given the checkpoint's `state_dict`.
+Any checkpoint folder of a lit-iclr module works: every `*.ckpt` is read with `torch.load(weights_only=True)`, the module
+class is taken from `predictor_class`, else from the checkpoint (`lit_iclr_class`, or the `_class_path` LightningCLI
+records in the hyperparameters), checked against the platform's allow-list (`core/classes.py`: a LightningModule under
+`lit_iclr.`, nothing imported before), rebuilt from the saved hyperparameters and given the checkpoint's `state_dict`.
 """
 from __future__ import annotations
 
 import glob
-import importlib
 import inspect
 from pathlib import Path
 
+import lightning as L
 import torch
 from torch import nn
 
+from lit_iclr.core.classes import checkpoint_class_names, refusal, resolve_class
 from lit_iclr.core.errors import CheckpointError
 from lit_iclr.core.hub import read_checkpoint
 
@@ -32,23 +34,25 @@ def resolve_folder(pattern: str | Path) -> Path:
     return max(matches, key=lambda p: p.stat().st_mtime)
 
 
-def _import(path: str, source: Path) -> type:
-    module, _, name = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise CheckpointError(source, f"its predictor class {path!r} cannot be imported ({e})",
-                              "set `predictor_class` to the dotted path of the LightningModule that wrote it") from None
-
-
 def build_predictor(ckpt: dict, path: Path, predictor_class: str | None = None) -> nn.Module:
-    """The LightningModule that wrote `ckpt`, rebuilt from its hyperparameters, weights loaded, frozen, eval mode."""
+    """The LightningModule that wrote `ckpt`, rebuilt from its hyperparameters, weights loaded, frozen, eval mode.
+
+    Every class name (the `predictor_class` given, else each one the checkpoint records) passes the platform's
+    allow-list before anything is imported or called: a checkpoint cannot make the sampler call an arbitrary class."""
     hp = dict(ckpt.get("hyper_parameters") or {})
-    name = predictor_class or ckpt.get("lit_iclr_class") or hp.get("_class_path")
-    if not name:
+    named = [predictor_class] if predictor_class else [name for _, name in checkpoint_class_names(ckpt)]
+    if not named:
         raise CheckpointError(path, "does not say which module wrote it",
                               "set `predictor_class` to the dotted path of the LightningModule that wrote the checkpoints")
-    cls = _import(name, path)
+    fix = "set `predictor_class` to the dotted path of the lit-iclr LightningModule that wrote it"
+    for name in named:  # strings first: a refused name in the file stops everything before any import
+        if refusal(name) is not None:
+            resolve_class(name, L.LightningModule, path, fix)
+    classes = {resolve_class(name, L.LightningModule, path, fix) for name in named}
+    if len(classes) > 1:
+        raise CheckpointError(path, f"names different modules ({', '.join(map(str, named))})", fix)
+    (cls,) = classes
+    name = named[0]
     kwargs = {k: v for k, v in hp.items() if not k.startswith("_")}
     params = inspect.signature(cls.__init__).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):

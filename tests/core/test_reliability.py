@@ -286,3 +286,101 @@ def test_progress_lines_are_throttled_by_time(tmp_path, capfd):
           str(tmp_path / "r"), *QUIET])
     lines = [ln for ln in capfd.readouterr().out.splitlines() if ln.startswith("[train]")]
     assert 3 <= len(lines) <= 6  # 3 epochs of 8 batches: the epoch ends (+ the first batch), not 24 batch lines
+
+
+# ------------------------------------------------------------------------- classes named in files: one allow-list
+@pytest.mark.parametrize("name, why", [
+    ("subprocess.Popen", "outside lit_iclr."),
+    ("this.s", "outside lit_iclr."),
+    ("lit_iclr.evil_pkg.Model", "neither a method package"),
+    ("os.system; x", "not a dotted class path"),
+])
+def test_allow_list_refuses_names_before_importing_anything(monkeypatch, name, why):
+    from lit_iclr.core import classes
+    from lit_iclr.core.module import BaseModule
+
+    imported = []
+    monkeypatch.setattr(classes.importlib, "import_module", lambda m, *a: imported.append(m))
+    with pytest.raises(CheckpointError, match=f"names the class .*{re.escape(why)}.*nothing was imported"):
+        classes.resolve_class(name, BaseModule, "f.ckpt", "fix it")
+    assert imported == []
+
+
+def test_allow_list_resolves_lit_iclr_classes_of_the_expected_base(monkeypatch):
+    from lit_iclr.core.classes import resolve_class
+    from lit_iclr.core.module import BaseModule
+    from lit_iclr.trajectory_sampler import LandscapePredictor
+
+    assert resolve_class("lit_iclr.trajectory_sampler.LandscapePredictor", BaseModule, "f", "x") is LandscapePredictor
+    for name in ("lit_iclr.core.data.Path", "lit_iclr.core.hub.importlib", "lit_iclr.core.data.BaseDataModule"):
+        with pytest.raises(CheckpointError, match="not a lit-iclr model \\(a BaseModule subclass\\)"):
+            resolve_class(name, BaseModule, "f", "x")  # inside lit_iclr, but not a model class defined there
+    with pytest.raises(CheckpointError, match="outside lit_iclr"):
+        resolve_class("tests.core.toy.ToyRegression", BaseModule, "f", "x")
+    monkeypatch.setenv("LIT_ICLR_TRUSTED_MODULES", "tests.core.toy")  # a prefix the user chose to trust
+    assert resolve_class("tests.core.toy.ToyRegression", BaseModule, "f", "x") is toy.ToyRegression
+
+
+def _forged_checkpoint(path: Path, **fields) -> str:
+    torch.save({"state_dict": {}, "global_step": 1, "epoch": 0, **fields}, path)
+    return str(path)
+
+
+def test_ckpt_path_naming_this_s_never_imports_this(tmp_path, capsys):
+    """`this.s` (importing `this` prints the Zen of Python) was imported by the class comparison before the refusal."""
+    ckpt = _forged_checkpoint(tmp_path / "this.ckpt", lit_iclr_class="this.s")
+    sys.modules.pop("this", None)
+    err = one_line_error(capsys, "fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir",
+                         str(tmp_path / "d"), "--ckpt_path", ckpt, "--trainer.default_root_dir", str(tmp_path / "r"),
+                         *QUIET)
+    assert "this" not in sys.modules and "Beautiful is better" not in capsys.readouterr().out
+    assert "was written by this.s (lit_iclr_class)" in err and "not imported" in err
+
+
+def test_ckpt_path_with_only_a_class_path_of_another_model_is_refused_before_building(tmp_path, capsys, monkeypatch):
+    """A VGF checkpoint without `lit_iclr_class` given to the wn_sensing config: Lightning swapped in VGF from the
+    hyperparameters' `_class_path` and ended in a traceback; now one line, and VGF is never built."""
+    from lit_iclr.vgf import VGF
+
+    built = []
+    monkeypatch.setattr(VGF, "__init__", lambda self, *a, **k: built.append(k) or (_ for _ in ()).throw(AssertionError))
+    ckpt = _forged_checkpoint(tmp_path / "vgf.ckpt", hyper_parameters={"_class_path": "lit_iclr.vgf.VGF", "obs_dim": 3})
+    err = one_line_error(capsys, "fit", "--config", str(ROOT / "tests/configs/wn_sensing.yaml"), "--ckpt_path", ckpt,
+                         "--trainer.default_root_dir", str(tmp_path / "r"))
+    assert "was written by lit_iclr.vgf.VGF (hyper_parameters._class_path), but the config selects " \
+           "lit_iclr.wn_sensing.module.MatrixSensing" in err
+    assert built == [] and not (tmp_path / "r").exists()
+
+
+def test_ckpt_path_with_a_class_path_outside_lit_iclr_runs_nothing(tmp_path, capsys):
+    marker = tmp_path / "ran"
+    ckpt = _forged_checkpoint(tmp_path / "popen.ckpt", hyper_parameters={
+        "_class_path": "subprocess.Popen", "args": f"touch {marker}", "shell": True})
+    err = one_line_error(capsys, "fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir",
+                         str(tmp_path / "d"), "--ckpt_path", ckpt, "--trainer.default_root_dir", str(tmp_path / "r"),
+                         *QUIET)
+    assert "was written by subprocess.Popen" in err and not marker.exists()
+
+
+def test_resume_checks_the_class_path_when_lit_iclr_class_is_absent():
+    model = toy.ToyRegression(num_features=3, hidden=4)
+    ckpt = {"state_dict": model.state_dict(), "hyper_parameters": {"_class_path": "tests.core.toy.OtherToy"}}
+    with pytest.raises(CheckpointError, match=r"written by tests.core.toy.OtherToy \(hyper_parameters._class_path\)"):
+        model.on_load_checkpoint(ckpt)
+    ckpt["hyper_parameters"]["_class_path"] = "tests.core.toy.ToyRegression"
+    model.on_load_checkpoint(ckpt)  # its own class: loads
+
+
+def test_hub_refuses_a_lit_iclr_name_that_is_not_a_model(hub_folder, tmp_path, monkeypatch):
+    from lit_iclr.core.hub import HASHED_FILES, load_model, sha256
+
+    folder = _copy(hub_folder, tmp_path / "notmodel")
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    cfg["model"] = {"class_path": "lit_iclr.core.data.Path", "init_args": {}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    card = (folder / "README.md").read_text()
+    for name in HASHED_FILES:
+        card = re.sub(rf"{re.escape(name)}: [0-9a-f]+", f"{name}: {sha256(folder / name)}", card)
+    (folder / "README.md").write_text(card)
+    with pytest.raises(CheckpointError, match="not a lit-iclr model"):
+        load_model(folder)

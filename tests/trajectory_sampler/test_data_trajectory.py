@@ -128,3 +128,34 @@ def test_classifier_score_is_the_target_log_probability():
     assert torch.allclose(as_score(net, target)(x), expected)
     with pytest.raises(ValueError, match="target"):
         as_score(net)(x)
+
+
+@pytest.mark.parametrize("where", ["lit_iclr_class", "_class_path", "predictor_class"])
+def test_a_checkpoint_naming_popen_runs_nothing(tmp_path, where):
+    """A checkpoint naming `subprocess.Popen` with shell args was called by the loader (a shell command ran)."""
+    marker = tmp_path / "ran"
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    hp = {"args": f"touch {marker}", "shell": True}
+    ckpt = {"state_dict": {}, "global_step": 1, "hyper_parameters": hp}
+    if where == "lit_iclr_class":
+        ckpt["lit_iclr_class"] = "subprocess.Popen"
+    elif where == "_class_path":
+        hp["_class_path"] = "subprocess.Popen"
+    torch.save(ckpt, folder / "a.ckpt")
+    with pytest.raises(CheckpointError, match="names the class 'subprocess.Popen', which is not a lit-iclr model"):
+        load_trajectory(folder, predictor_class="subprocess.Popen" if where == "predictor_class" else None)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_naming_a_non_model_inside_lit_iclr_is_refused(tmp_path):
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    torch.save({"state_dict": {}, "global_step": 1, "lit_iclr_class": "lit_iclr.core.data.Path",
+                "hyper_parameters": {}}, folder / "a.ckpt")
+    with pytest.raises(CheckpointError, match="not a lit-iclr model"):
+        load_trajectory(folder)
+    torch.save({"state_dict": {}, "global_step": 1, "lit_iclr_class": "lit_iclr.trajectory_sampler.LandscapePredictor",
+                "hyper_parameters": {"_class_path": "lit_iclr.trajectory_sampler.ImageClassifier"}}, folder / "a.ckpt")
+    with pytest.raises(CheckpointError, match="names different modules"):
+        load_trajectory(folder)
