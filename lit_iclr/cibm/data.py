@@ -212,7 +212,7 @@ class XLSA17Concepts(_ConceptData):
     default_name = "xlsa17"
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 256, num_workers: int = 0,
-                 split_seed: int = 0):
+                 split_seed: int = 0, concepts: str = "auto", att_threshold: float | None = None):
         """
         Args:
             root: Folder holding res101.mat and att_splits.mat (xlsa17/data/AWA2 or APY; AwA2's predicates.txt optional).
@@ -220,13 +220,18 @@ class XLSA17Concepts(_ConceptData):
             batch_size: Samples per training batch.
             num_workers: DataLoader workers.
             split_seed: Seed of the random train/val/test split.
+            concepts: Binary concepts from `auto` (AwA2's predicate-matrix-binary.txt when beside the .mat files, else
+                `original_att`), `binary` or `original_att` (never the L2-normalised `att`).
+            att_threshold: `original_att` values >= this are present (missing -1 entries are absent); null: half the
+                scale (50 on AwA2's 0-100, 0.5 on aPY's 0-1).
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         if root is None:
             raise DatasetFormatError("data.init_args.root", "XLSA17Concepts has no generated default",
                                      "point root at xlsa17/data/AWA2 (or APY)")
         self.split_seed = split_seed
-        self._data = read_xlsa17(self.path, split_seed)
+        self.concepts, self.att_threshold = concepts, att_threshold
+        self._data = read_xlsa17(self.path, split_seed, concepts, att_threshold)
         self.group_names = list(self._data["groups"])
         self.concept_groups = [g for g in self._data["groups"].values() if g]
         self.num_concepts, self.num_classes = len(self._data["names"]), self._data["num_classes"]

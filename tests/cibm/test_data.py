@@ -102,15 +102,16 @@ def test_xlsa17_reader(tmp_path):
     n, classes, attrs = 50, 5, 6
     labels = rng.integers(1, classes + 1, n)
     io.savemat(tmp_path / "res101.mat", {"features": rng.random((2048, n)), "labels": labels[:, None]})
-    att = rng.normal(size=(attrs, classes))
-    io.savemat(tmp_path / "att_splits.mat", {"att": att, "trainval_loc": np.arange(1, 31)[:, None],
+    original = rng.uniform(0, 100, size=(attrs, classes))
+    att = original / np.linalg.norm(original, axis=0)
+    io.savemat(tmp_path / "att_splits.mat", {"att": att, "original_att": original, "trainval_loc": np.arange(1, 31)[:, None],
                                              "test_seen_loc": np.arange(31, 41)[:, None],
                                              "test_unseen_loc": np.arange(41, 51)[:, None]})
     d = read_xlsa17(tmp_path)
     x, c, y = d["splits"]["train"]
     assert x.shape[1] == 2048 and sum(len(s[2]) for s in d["splits"].values()) == n
-    np.testing.assert_array_equal(c, (att.T > 0)[y].astype(np.float32))  # class-level binarised attributes
-    io.savemat(tmp_path / "att_splits.mat", {"att": att, "trainval_loc": np.array([[99]]),
+    np.testing.assert_array_equal(c, (original.T >= 50)[y].astype(np.float32))  # class-level, original_att >= 50
+    io.savemat(tmp_path / "att_splits.mat", {"att": att, "original_att": original, "trainval_loc": np.array([[99]]),
                                              "test_seen_loc": np.array([[1]]), "test_unseen_loc": np.array([[2]])})
     with pytest.raises(DatasetFormatError, match="trainval_loc indexes image 99"):
         read_xlsa17(tmp_path)
