@@ -38,7 +38,7 @@ class ExitTableData(BaseDataModule):
     """Exit tables of a multi-exit network or a cascade (real format: see `exits.py`)."""
 
     default_name = "ttamer-exits"
-    default_version = 1
+    default_version = 2  # 2: tables say cost_convention (v1 caches lack it; a rising cost column is refused without it)
     content_options = ("source", "backbones", "train_images", "epochs", "lr", "seed")
     model_links = {"stages": "stages"}
 

@@ -7,9 +7,18 @@ One `.npz` per split with
                                backbone) the incremental cost of reaching exit i from exit i-1, for a `cascade` the
                                cost of running model i on its own
     kind     0-d string        `nested` or `cascade`
+    cost_convention 0-d string `incremental` (as above) or `cumulative` (cost[i] = the total cost of consulting
+                               stages 0..i, the common export of profilers: FLOPs or seconds up to exit i)
     latency  (S,) float        optional: the measured seconds per query of each stage, same convention as cost
 Bring the exits of your own multi-exit network or cascade in this layout (numpy.savez) and point
 `data.init_args.root` at the folder holding `calibration.npz` and `test.npz`.
+
+Cost convention: policies add up the costs of the stages they consult, so a cumulative column read as incremental
+would be summed twice. A `cumulative` table is converted to increments on reading (cost[0], cost[1] - cost[0], ...;
+it must rise at every stage), and so is its latency. A table without `cost_convention` whose cost rises at every
+stage is ambiguous (a cumulative column, or a cascade of growing models) and is refused with the fix; one whose cost
+does not rise at every stage cannot be cumulative and is read as incremental. Tables the platform writes say
+`incremental`.
 """
 from __future__ import annotations
 
@@ -22,14 +31,16 @@ import torch
 from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
 
 KINDS = ("nested", "cascade")
-FIX = "write it with numpy.savez(logits=[N, stages, classes], labels=[N], cost=[stages], kind='nested'|'cascade')"
+CONVENTIONS = ("incremental", "cumulative")
+FIX = ("write it with numpy.savez(logits=[N, stages, classes], labels=[N], cost=[stages], kind='nested'|'cascade', "
+       "cost_convention='incremental'|'cumulative')")
 
 
 @dataclass
 class ExitTable:
     logits: torch.Tensor      # (N, S, C)
     labels: torch.Tensor      # (N,)
-    cost: torch.Tensor        # (S,) incremental (nested) or per-model (cascade)
+    cost: torch.Tensor        # (S,) incremental (nested) or per-model (cascade); cumulative files are converted
     kind: str
     latency: torch.Tensor | None = None
 
@@ -43,7 +54,7 @@ class ExitTable:
 
     def save(self, path: str | Path) -> None:
         arrays = {"logits": self.logits.numpy(), "labels": self.labels.numpy(), "cost": self.cost.numpy(),
-                  "kind": np.array(self.kind)}
+                  "kind": np.array(self.kind), "cost_convention": np.array("incremental")}
         if self.latency is not None:
             arrays["latency"] = self.latency.numpy()
         np.savez(path, **arrays)
@@ -84,6 +95,25 @@ def read_exit_table(path: str | Path) -> ExitTable:
     latency = arrays.get("latency")
     if latency is not None and latency.shape != (s,):
         raise DatasetFormatError(path, f"latency has shape {latency.shape}, expected ({s},)", FIX)
+    rising = s > 1 and bool((np.diff(cost) > 0).all())
+    convention = str(arrays["cost_convention"]) if "cost_convention" in arrays else None
+    if convention is None and rising:
+        raise DatasetFormatError(path, f"cost {cost.tolist()} rises at every stage, as a cumulative column (cost up to "
+                                 "stage i) does, and the table does not say whether it is cumulative or incremental",
+                                 "add cost_convention='cumulative' (converted to per-stage increments) or "
+                                 "'incremental' (per-stage costs as given) to the npz")
+    if convention is not None and convention not in CONVENTIONS:
+        raise DatasetFormatError(path, f"cost_convention is {convention!r}, expected one of {CONVENTIONS}", FIX)
+    if convention == "cumulative":
+        if s > 1 and not rising:
+            raise DatasetFormatError(path, f"cost_convention is 'cumulative' but cost {cost.tolist()} does not rise at "
+                                     "every stage", "give the total cost up to each stage, or cost_convention='incremental'")
+        cost = np.diff(cost, prepend=0.0)  # per-stage increments: what consulting stage i adds
+        if latency is not None:
+            if not (np.diff(latency) >= 0).all():
+                raise DatasetFormatError(path, "cost_convention is 'cumulative' but latency falls between stages",
+                                         "give the latency up to each stage, in the same convention as cost")
+            latency = np.diff(latency, prepend=0.0)
     return ExitTable(torch.from_numpy(logits.astype(np.float32)), torch.from_numpy(labels.astype(np.int64)),
                      torch.from_numpy(cost.astype(np.float64)), kind,
                      None if latency is None else torch.from_numpy(latency.astype(np.float64)))
