@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -20,7 +20,9 @@ from lit_iclr.core.offline_rl import (
     KEYS,
     check_reference_scores,
     episode_return_range,
+    minari_data_dir,
     read_d4rl_hdf5,
+    read_minari,
     read_ogbench_npz,
     single_hdf5,
 )
@@ -257,10 +259,14 @@ class OGBenchData(OfflineRLData):
 
 
 class D4RLData(OfflineRLData):
-    """A D4RL-format HDF5 dataset, evaluated in a gymnasium MuJoCo environment with D4RL's normalised score.
+    """A D4RL-format HDF5 dataset or a Minari dataset, evaluated in a gymnasium MuJoCo environment with D4RL's
+    normalised score.
 
     normalised score = 100 (R - ref_min_score) / (ref_max_score - ref_min_score), the references coming from the
-    arguments or else from the file's `metadata/ref_min_score`, `metadata/ref_max_score` (written by the generator).
+    arguments or else from the file's `metadata/ref_min_score`, `metadata/ref_max_score` (written by the generator), or
+    from the `ref_min_score` / `ref_max_score` a Minari dataset records (Minari's `get_normalized_score` is this
+    without the factor 100). A Minari dataset (`root` at `<MINARI_DATASETS_PATH>/<dataset_id>`, detected by its
+    `data/main_data.hdf5`, or `data_format: minari`) must have been recorded in `env_id` (its env_spec id).
     The default writes a mixed-quality `Reacher-v5` dataset from a scripted arm controller (see `generate.py`).
     """
 
@@ -273,11 +279,12 @@ class D4RLData(OfflineRLData):
                  ref_min_score: float | None = None, ref_max_score: float | None = None, num_episodes: int = 400,
                  behaviour_p_expert: float = 0.5, behaviour_noise: float = 0.3, behaviour_gain: float = 1.0,
                  generator_seed: int = 0, normalize_rewards: bool = False, max_episode_steps: int = 1000,
-                 updates_per_batch: int = 1):
+                 updates_per_batch: int = 1, data_format: Literal["auto", "d4rl", "minari"] = "auto"):
         """
         Args:
             env_id: gymnasium environment the data come from and evaluation runs in.
-            root: A D4RL `.hdf5` file (or a folder holding exactly one); null generates the default.
+            root: A D4RL `.hdf5` file (or a folder holding exactly one), or a Minari dataset folder
+                (`<MINARI_DATASETS_PATH>/<dataset_id>`); null generates the default.
             data_dir: Cache folder of generated datasets.
             batch_size: Transitions per gradient step (per device).
             num_workers: Unused (batches are sliced from in-memory tensors).
@@ -296,11 +303,20 @@ class D4RLData(OfflineRLData):
             generator_seed: Seed of the generated dataset.
             normalize_rewards: D4RL reward normalisation of the official VGF/FQL code (`--normalize_r=1`, used for
                 locomotion): rewards *= 1000 / (max - min) of the dataset's episode returns (before reward_scale).
-            max_episode_steps: Episode length cap used to split episodes for that range (D4RL: 1000).
+            max_episode_steps: Episode length cap used to split episodes for that range (D4RL: 1000; a Minari
+                dataset's episodes are stored one by one and used as they are).
             updates_per_batch: Gradient steps per Trainer batch (see `OfflineRLData`).
+            data_format: `auto` (a Minari dataset is recognised by its layout, anything else is D4RL HDF5), `d4rl` or
+                `minari`.
         """
         super().__init__(root, data_dir, batch_size, num_workers, steps_per_epoch, eval_episodes, eval_seed, seed,
                          reward_scale, reward_shift, updates_per_batch)
+        if data_format not in ("auto", "d4rl", "minari"):
+            raise ConfigError(f"data.data_format must be auto, d4rl or minari, got {data_format!r}")
+        if data_format == "minari" and root is None:
+            raise ConfigError("data.data_format: minari needs data.init_args.root at a Minari dataset folder "
+                              "(<MINARI_DATASETS_PATH>/<dataset_id>); the generated default is D4RL HDF5")
+        self.data_format = data_format
         self.normalize_rewards, self.max_episode_steps = normalize_rewards, max_episode_steps
         self.reward_normalizer = 1.0  # set by read() when normalize_rewards
         self.env_id = env_id
@@ -317,9 +333,18 @@ class D4RLData(OfflineRLData):
         tag = f"{self.env_id.lower()}-e{self.num_episodes}-p{p:g}-n{noise:g}-g{gain:g}-s{self.generator_seed}"
         return Path(self.data_dir) / f"{self.default_name}-{tag}-v{self.default_version}"
 
+    def _minari_dir(self) -> Path | None:
+        if self.root is None or self.data_format == "d4rl":
+            return None
+        found = minari_data_dir(self.path)
+        if found is None and self.data_format == "minari":
+            read_minari(self.path)  # raises the not-found error naming the layout
+        return found
+
     @property
     def data_file(self) -> Path:
-        return single_hdf5(self.path)
+        found = self._minari_dir()
+        return found / "main_data.hdf5" if found is not None else single_hdf5(self.path)
 
     def generate_default(self, out_dir: Path) -> None:
         from .generate import generate_d4rl_mujoco
@@ -328,9 +353,33 @@ class D4RLData(OfflineRLData):
         generate_d4rl_mujoco(out_dir / f"{self.env_id.lower()}-behaviour.hdf5", self.env_id, self.num_episodes,
                              p_expert=p, expert_noise=noise, expert_gain=gain, seed=self.generator_seed)
 
+    def _read_minari(self, folder: Path) -> dict[str, np.ndarray]:
+        data, meta = read_minari(folder)
+        recorded = meta["env_spec"].get("id")
+        if recorded is not None and recorded != self.env_id:
+            raise DatasetFormatError(self.data_file, f"Minari dataset {meta.get('dataset_id')!r} was recorded in "
+                                     f"{recorded} but data.env_id is {self.env_id}",
+                                     f"set data.init_args.env_id: {recorded}, or point root at a dataset of {self.env_id}")
+        for key in ("ref_min_score", "ref_max_score"):
+            if getattr(self, key) is None and meta.get(key) is not None:
+                setattr(self, key, float(meta[key]))
+        if self.normalize_rewards:
+            returns = meta["episode_returns"]
+            low, high = float(returns.min()), float(returns.max())
+            if high <= low:
+                raise DatasetFormatError(self.data_file, f"every episode returns {low}: the reward normalisation "
+                                         "1000 / (max - min) is undefined", "set data.init_args.normalize_rewards: false")
+            self.reward_normalizer = 1000.0 / (high - low)
+            data["rewards"] = data["rewards"] * np.float32(self.reward_normalizer)
+        check_reference_scores(self.data_file, self.ref_min_score, self.ref_max_score)
+        return data
+
     def read(self) -> dict[str, np.ndarray]:
         import h5py
 
+        folder = self._minari_dir()
+        if folder is not None:
+            return self._read_minari(folder)
         data = read_d4rl_hdf5(self.data_file)
         with h5py.File(self.data_file, "r") as f:
             meta = f.get("metadata")

@@ -81,3 +81,64 @@ def test_updates_per_batch_must_be_a_positive_integer(bad, tmp_path):
         TransitionLoader({"x": torch.arange(10.0)}, 2, 3, updates_per_batch=bad)
     with pytest.raises(ConfigError, match="updates_per_batch"):  # already when the DataModule is made
         D4RLData(data_dir=str(tmp_path), updates_per_batch=bad)
+
+
+# ---------------------------------------------------------------------------------------------------------- Minari
+def test_minari_dataset_trains_vgf_and_its_reference_returns_normalise_the_score(tmp_path):
+    from tests.core.test_offline_rl import reacher_episodes, write_minari
+
+    eps = reacher_episodes(n=3, steps=6)
+    root = write_minari(tmp_path / "minari", "mujoco/reacher/tiny-v0", eps, env="Reacher-v5", ref_min_score=-40.0,
+                        ref_max_score=-4.0)
+    dm = D4RLData(root=str(root), data_dir=str(tmp_path), normalize_rewards=True)  # detected by its layout
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.data_file == root / "data" / "main_data.hdf5"
+    rewards = np.concatenate([e["rewards"] for e in eps])
+    returns = np.array([e["rewards"].sum() for e in eps])
+    # FQL's normalisation over the dataset's episode returns, the episodes being Minari's own
+    np.testing.assert_allclose(dm.transitions["rewards"].numpy(), rewards * 1000 / (returns.max() - returns.min()),
+                               rtol=1e-5)
+    np.testing.assert_allclose(dm.transitions["next_observations"].numpy(),
+                               np.concatenate([e["observations"][1:] for e in eps]), rtol=1e-6)
+    # D4RL's score with the reference returns Minari records: 100 (R - ref_min) / (ref_max - ref_min)
+    np.testing.assert_allclose(dm.score(np.array([-40.0, -22.0, -4.0]), np.zeros(3)), [0.0, 50.0, 100.0])
+    explicit = D4RLData(root=str(root / "data"), data_format="minari", ref_min_score=-30.0, ref_max_score=-10.0)
+    explicit.setup("fit")
+    np.testing.assert_allclose(explicit.score(np.array([-20.0]), np.zeros(1)), [50.0])  # arguments win
+
+
+def test_minari_dataset_of_another_environment_or_missing_is_refused(tmp_path):
+    import pytest
+
+    from lit_iclr.core import ConfigError, DatasetFormatError, DatasetNotFoundError
+    from tests.core.test_offline_rl import reacher_episodes, write_minari
+
+    root = write_minari(tmp_path, "mujoco/reacher/tiny-v0", reacher_episodes(n=2), env="Reacher-v5")
+    with pytest.raises(DatasetFormatError, match="recorded in Reacher-v5 but data.env_id is HalfCheetah-v5[\\s\\S]*"
+                       "set data.init_args.env_id: Reacher-v5"):
+        D4RLData(env_id="HalfCheetah-v5", root=str(root)).setup("fit")
+    with pytest.raises(DatasetNotFoundError, match="no Minari dataset here"):
+        D4RLData(root=str(tmp_path / "mujoco"), data_format="minari").setup("fit")
+    with pytest.raises(ConfigError, match="data_format: minari needs data.init_args.root"):
+        D4RLData(data_format="minari")
+
+
+def test_a_minari_folder_is_reachable_from_the_config(tmp_path):
+    """`data.init_args.root` at a Minari dataset trains the tiny twin through the CLI (the score with its references is
+    checked above, so evaluation is skipped here)."""
+    from pathlib import Path
+
+    from lit_iclr.cli import main
+    from tests.core.test_offline_rl import reacher_episodes, write_minari
+
+    root = write_minari(tmp_path / "minari", "mujoco/reacher/tiny-v0", reacher_episodes(n=2, steps=6), env="Reacher-v5",
+                        ref_min_score=-40.0, ref_max_score=-4.0)
+    cfg = Path(__file__).resolve().parents[2] / "tests" / "configs" / "vgf.yaml"
+    cli = main(["fit", "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path / "run"),
+                "--data.init_args.data_dir", str(tmp_path / "data"), "--data.init_args.root", str(root),
+                "--trainer.limit_val_batches", "0"])
+    dm = cli.datamodule
+    assert len(dm.transitions["rewards"]) == 12 and (dm.ref_min_score, dm.ref_max_score) == (-40.0, -4.0)
+    assert not (tmp_path / "data").exists() or not list((tmp_path / "data").glob("d4rl-*"))  # nothing generated
+    assert int(cli.model.updates) > 0 and torch.isfinite(cli.trainer.callback_metrics["train/critic_loss"])
