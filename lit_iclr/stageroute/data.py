@@ -46,9 +46,10 @@ class RoutingData(BaseDataModule):
         Args:
             root: A folder with quality.parquet|quality.csv (+ models.csv), or RouterBench's `.pkl`/`.parquet`; null
                 generates the default into `data_dir`.
-            data_dir: Cache folder of the generated workload.
+            data_dir: Cache folder of the generated workload and of pickle conversions (`cache/`).
             source: Default generator: `classifiers` (timm models on Fashion-MNIST, measured FLOPs) or `synthetic`.
-            allow_pickle: Read a RouterBench `.pkl` (a pickle can run code; it is converted once to parquet).
+            allow_pickle: Read a RouterBench `.pkl` (a pickle can run code; it is converted once to a parquet cache in
+                `data_dir`/cache/, keyed by the pickle's content hash).
             horizon: T, queries in the stream (drawn with replacement from the table's rows).
             queries_per_step: Queries routed per training step.
             classifiers: [timm name, epochs] pairs of the `classifiers` source (default: two tiny timm nets, 1 and 3 epochs).
@@ -69,7 +70,7 @@ class RoutingData(BaseDataModule):
         self.train_images, self.num_queries = train_images, num_queries
         self.workload: Workload | None = None
         if root is not None:
-            self.workload = read_workload(root, allow_pickle)
+            self.workload = read_workload(root, allow_pickle, Path(data_dir) / "cache")
             self.num_models = self.workload.num_models
         else:
             self.num_models = len(self.classifiers) if source == "classifiers" else num_models
@@ -87,7 +88,7 @@ class RoutingData(BaseDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.workload is None:
-            self.workload = read_workload(self.path, self.allow_pickle)
+            self.workload = read_workload(self.path, self.allow_pickle, Path(self.data_dir) / "cache")
 
     def train_dataloader(self) -> ResumableDataLoader:
         rows = query_stream(len(self.workload.quality), self.horizon, self.seed)

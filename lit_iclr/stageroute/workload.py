@@ -3,14 +3,19 @@
 Formats read (all end up as a `Workload`):
 - long table, `quality.parquet` or `quality.csv`: columns `query_id, model, quality, cost`, one row per (query, model);
 - RouterBench's released wide table (`*.pkl`, pickled by pandas): one row per prompt with `sample_id`, `prompt`,
-  `eval_name`, a quality column per model and `<model>|model_response`, `<model>|total_cost`. A pickle can run code, so
-  it is read only with `allow_pickle=True`; it is converted once to `<name>.parquet` next to it, which is read from then on;
+  `eval_name`, a quality column per model and `<model>|model_response`, `<model>|total_cost` (US dollars per query,
+  about 1e-5 to 1e-1). A pickle can run code, so it is read only with `allow_pickle=True`; it is converted once to a
+  parquet cache under `cache_dir` (default `data/cache/`), named by the SHA-256 of the pickle's bytes, and the cache is
+  read from then on. Nothing is written beside the user's file, and no parquet beside it is trusted: an edited or
+  replaced pickle has another hash and is converted afresh. A RouterBench `.parquet` given as `root` is read as is;
 - model table, `models.csv`: `model, release, capacity[, retire]`; release/retire are fractions of the query stream in
   [0, 1] (a model is available for queries t with release <= t / T < retire), capacity alpha_m in (0, 1] is the share of
   traffic it can take. Without a model table every model is present from the start with capacity 1.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,21 +95,33 @@ def read_long_table(path: str | Path) -> tuple[list[str], np.ndarray, np.ndarray
     return models, quality, cost
 
 
-def read_routerbench(path: str | Path, allow_pickle: bool = False) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(models, quality, cost) from RouterBench's wide table (`.pkl` with allow_pickle, or its `.parquet` conversion)."""
+def pickle_cache_path(path: str | Path, cache_dir: str | Path = "data/cache") -> Path:
+    """Where the parquet conversion of a RouterBench pickle lives: keyed by the SHA-256 of the pickle's content."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return Path(cache_dir) / f"stageroute-{path.stem}-{digest[:20]}.parquet"
+
+
+def read_routerbench(path: str | Path, allow_pickle: bool = False,
+                     cache_dir: str | Path = "data/cache") -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(models, quality, cost) from RouterBench's wide table: a `.pkl` (with allow_pickle; converted once to a parquet
+    cache under `cache_dir` keyed by its content hash) or a `.parquet` with the same columns."""
     path = Path(path)
     if path.suffix == ".pkl":
-        converted = path.with_suffix(".parquet")
+        if not path.exists():
+            raise DatasetNotFoundError(path, "RouterBench pickle not found", "point root at routerbench_0shot.pkl")
+        converted = pickle_cache_path(path, cache_dir)
         if not converted.exists():
             if not allow_pickle:
                 _fail(path, "is a pickle, and reading a pickle can run code",
-                      "set data.init_args.allow_pickle: true if you trust the file (it is converted once to parquet)")
-            if not path.exists():
-                raise DatasetNotFoundError(path, "RouterBench pickle not found", "point root at routerbench_0shot.pkl")
+                      "set data.init_args.allow_pickle: true if you trust the file (it is converted once to a parquet "
+                      f"cache in {cache_dir})")
             df = pd.read_pickle(path)
             if not isinstance(df, pd.DataFrame):
                 _fail(path, f"holds a {type(df).__name__}, not a pandas DataFrame", "use RouterBench's released table")
-            tmp = converted.with_name(f".{converted.name}.tmp")
+            converted.parent.mkdir(parents=True, exist_ok=True)
+            tmp = converted.with_name(f".{converted.name}.{os.getpid()}.tmp")
             df.to_parquet(tmp)
             tmp.replace(converted)
         path = converted
@@ -157,13 +174,14 @@ def read_model_table(path: str | Path | None, models: list[str]) -> tuple[np.nda
     return release, retire, capacity
 
 
-def read_workload(root: str | Path, allow_pickle: bool = False) -> Workload:
-    """A folder with quality.parquet|quality.csv (or a RouterBench .pkl/.parquet file) and optionally models.csv."""
+def read_workload(root: str | Path, allow_pickle: bool = False, cache_dir: str | Path = "data/cache") -> Workload:
+    """A folder with quality.parquet|quality.csv (or a RouterBench .pkl/.parquet file) and optionally models.csv;
+    `cache_dir` holds the parquet conversions of pickles."""
     root = Path(root)
     if not root.exists():
         raise DatasetNotFoundError(root, "workload not found", "point data.init_args.root at a folder with quality.parquet")
     if root.is_file():
-        models, quality, cost = read_routerbench(root, allow_pickle)
+        models, quality, cost = read_routerbench(root, allow_pickle, cache_dir)
         table = root.parent / "models.csv"
     else:
         found = [root / n for n in ("quality.parquet", "quality.csv") if (root / n).exists()]

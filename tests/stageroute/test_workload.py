@@ -22,26 +22,51 @@ def test_long_table_round_trip(tmp_path):
     assert np.isinf(r.retire).all()
 
 
-def _routerbench(path):
-    df = pd.DataFrame({"sample_id": ["mmlu.0", "mmlu.1", "gsm8k.0"], "prompt": ["a", "b", "c"],
-                       "eval_name": ["mmlu", "mmlu", "gsm8k"], "gpt-4": [1.0, 0.0, 1.0], "gpt-4|model_response": ["x"] * 3,
-                       "gpt-4|total_cost": [0.03, 0.02, 0.04], "llama-70b": [0.0, 0.5, 1.0],
-                       "llama-70b|model_response": ["y"] * 3, "llama-70b|total_cost": [0.001, 0.002, 0.001],
-                       "oracle_model_to_route_to": ["gpt-4", "llama-70b", "llama-70b"]})
+def _routerbench(path, rows=3, seed=0):
+    """RouterBench's released wide table (pandas pickle): prompts, a quality and a `|total_cost` (USD) per model."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"sample_id": [f"mmlu.{i}" for i in range(rows)], "prompt": [f"q{i}" for i in range(rows)],
+                       "eval_name": ["mmlu"] * rows, "gpt-4": rng.integers(0, 2, rows).astype(float),
+                       "gpt-4|model_response": ["x"] * rows, "gpt-4|total_cost": rng.uniform(0.01, 0.05, rows),
+                       "llama-70b": rng.integers(0, 2, rows).astype(float), "llama-70b|model_response": ["y"] * rows,
+                       "llama-70b|total_cost": rng.uniform(1e-4, 1e-3, rows),
+                       "oracle_model_to_route_to": ["gpt-4"] * rows})
+    if rows == 3:
+        df["gpt-4"], df["gpt-4|total_cost"] = [1.0, 0.0, 1.0], [0.03, 0.02, 0.04]
+        df["llama-70b"] = [0.0, 0.5, 1.0]
     df.to_pickle(path)
     return df
 
 
 def test_routerbench_pickle_needs_opt_in_and_is_converted(tmp_path):
-    path = tmp_path / "routerbench_0shot.pkl"
+    path = tmp_path / "user" / "routerbench_0shot.pkl"
+    path.parent.mkdir()
     _routerbench(path)
+    cache = tmp_path / "data" / "cache"
     with pytest.raises(DatasetFormatError, match="allow_pickle"):
-        read_workload(path)
-    w = read_workload(path, allow_pickle=True)
-    assert w.models == ["gpt-4", "llama-70b"] and (tmp_path / "routerbench_0shot.parquet").exists()
+        read_workload(path, cache_dir=cache)
+    w = read_workload(path, allow_pickle=True, cache_dir=cache)
+    assert w.models == ["gpt-4", "llama-70b"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["routerbench_0shot.pkl"]  # nothing written beside it
+    assert len(list(cache.glob("stageroute-routerbench_0shot-*.parquet"))) == 1
     np.testing.assert_allclose(w.quality[:, 1], [0.0, 0.5, 1.0])
     np.testing.assert_allclose(w.cost[:, 0], [0.03, 0.02, 0.04])
-    assert read_workload(path).models == w.models  # the parquet conversion is read from then on, no pickle needed
+    assert read_workload(path, cache_dir=cache).models == w.models  # the cached conversion is read, no pickle needed
+
+
+def test_pickle_cache_is_keyed_by_content_not_by_a_parquet_beside_it(tmp_path):
+    path = tmp_path / "routerbench_0shot.pkl"
+    cache = tmp_path / "data" / "cache"
+    _routerbench(path, rows=400, seed=1)
+    assert read_workload(path, allow_pickle=True, cache_dir=cache).quality.shape == (400, 2)
+    pd.read_pickle(path).to_parquet(path.with_suffix(".parquet"))  # an older 400-row conversion beside the pickle ...
+    new = _routerbench(path, rows=100, seed=2)                     # ... and a new 100-row pickle in its place
+    with pytest.raises(DatasetFormatError, match="allow_pickle"):  # new content: not converted yet, needs the opt-in
+        read_workload(path, cache_dir=cache)
+    w = read_workload(path, allow_pickle=True, cache_dir=cache)
+    assert w.quality.shape == (100, 2)
+    np.testing.assert_allclose(w.cost[:, 1], new["llama-70b|total_cost"])
+    assert len(list(cache.glob("*.parquet"))) == 2 and not list(cache.glob("*.tmp"))
 
 
 @pytest.mark.parametrize("change, message", [
