@@ -17,14 +17,15 @@ from .nusc import DETECTION_CLASSES
 
 CLASS_RANGE = 50.0  # metres; the devkit's per-class evaluation range for these classes is 40-50 m
 ATTRIBUTE = {  # (class, moving) -> nuScenes attribute of a predicted box, as CenterPoint assigns them
-    ("car", True): "vehicle.moving", ("car", False): "vehicle.parked",
-    ("truck", True): "vehicle.moving", ("truck", False): "vehicle.parked",
+    **{(c, m): "vehicle.moving" if m else "vehicle.parked"
+       for c in ("car", "truck", "trailer", "bus", "construction_vehicle") for m in (True, False)},
     ("pedestrian", True): "pedestrian.moving", ("pedestrian", False): "pedestrian.standing",
-    ("bicycle", True): "cycle.with_rider", ("bicycle", False): "cycle.without_rider",
+    **{(c, m): "cycle.with_rider" if m else "cycle.without_rider" for c in ("bicycle", "motorcycle") for m in (True, False)},
+    **{(c, m): "" for c in ("traffic_cone", "barrier") for m in (True, False)},  # the devkit: no attribute
 }
 
 
-def detection_config(class_range: float = CLASS_RANGE):
+def detection_config(class_range: float = CLASS_RANGE, classes=DETECTION_CLASSES):
     """The devkit's `detection_cvpr_2019` config restricted to the classes this detector predicts."""
     from nuscenes.eval.common.config import config_factory
     from nuscenes.eval.detection.data_classes import DetectionConfig
@@ -32,15 +33,14 @@ def detection_config(class_range: float = CLASS_RANGE):
     cfg = config_factory("detection_cvpr_2019").serialize()
     cfg["class_range"] = {c: float(min(class_range, r)) for c, r in cfg["class_range"].items()}
     cfg = DetectionConfig.deserialize(cfg)  # the devkit insists on all ten classes here ...
-    cfg.class_names = list(DETECTION_CLASSES)  # ... and averages mAP / TP errors over `class_names`
+    cfg.class_names = list(classes)  # ... and averages mAP / TP errors over `class_names`
     return cfg
 
 
-def box_record(sample_token: str, center, size, yaw: float, velocity, label: int, score: float) -> dict:
-    """One nuScenes result box (global frame) for the result JSON."""
+def box_record(sample_token: str, center, size, yaw: float, velocity, name: str, score: float) -> dict:
+    """One nuScenes result box (global frame) of detection class `name` for the result JSON."""
     from pyquaternion import Quaternion
 
-    name = DETECTION_CLASSES[label]
     moving = float(np.hypot(*velocity)) > 0.2
     return dict(sample_token=sample_token, translation=[float(v) for v in center], size=[float(v) for v in size],
                 rotation=[float(v) for v in Quaternion(axis=[0, 0, 1], angle=float(yaw)).elements],
@@ -65,10 +65,10 @@ def _split_by_speed(boxes, threshold: float, dynamic: bool):
     return out
 
 
-def _present(boxes) -> list[str]:
-    """Classes with at least one ground-truth box: a class absent from a (small) split would score AP 0 by definition."""
+def _present(boxes, classes=DETECTION_CLASSES) -> list[str]:
+    """`classes` with at least one ground-truth box: a class absent from a (small) split would score AP 0 by definition."""
     names = {b.detection_name for tok in boxes.sample_tokens for b in boxes[tok]}
-    return [c for c in DETECTION_CLASSES if c in names]
+    return [c for c in classes if c in names]
 
 
 def _summary(metrics) -> dict[str, float]:
@@ -80,26 +80,28 @@ def _summary(metrics) -> dict[str, float]:
 
 
 def nuscenes_metrics(nusc, result_path: str | Path, eval_set: str, output_dir: str | Path,
-                     dynamic_speed: float = 0.2, class_range: float = CLASS_RANGE) -> dict[str, dict[str, float]]:
+                     dynamic_speed: float = 0.2, class_range: float = CLASS_RANGE,
+                     classes=DETECTION_CLASSES) -> dict[str, dict[str, float]]:
     """{'all': {...}, 'dynamic': {...}} with NDS, mAP and the five TP errors from nuscenes-devkit's DetectionEval.
 
     `class_range` (m) caps the devkit's per-class evaluation radius: a detector whose BEV grid covers +-r m cannot see
     ground truth farther than r, so the model passes its grid's half range (misses it cannot avoid would only dilute
-    every method's score alike)."""
+    every method's score alike). `classes`: the detection classes the model predicts (ground truth of other classes
+    is not scored)."""
     import contextlib
     import io
 
     from nuscenes.eval.detection.evaluate import DetectionEval
 
     with contextlib.redirect_stdout(io.StringIO()):  # the devkit prints progress bars and tables
-        ev = DetectionEval(nusc, detection_config(class_range), str(result_path), eval_set, str(output_dir),
+        ev = DetectionEval(nusc, detection_config(class_range, classes), str(result_path), eval_set, str(output_dir),
                            verbose=False)
         gt, pred = ev.gt_boxes, ev.pred_boxes
-        ev.cfg.class_names = _present(gt)
+        ev.cfg.class_names = _present(gt, classes)
         metrics_all, _ = ev.evaluate()
         ev.gt_boxes = _split_by_speed(gt, dynamic_speed, True)
         ev.pred_boxes = _split_by_speed(pred, dynamic_speed, True)
-        ev.cfg.class_names = _present(ev.gt_boxes)
+        ev.cfg.class_names = _present(ev.gt_boxes, classes)
         metrics_dyn, _ = ev.evaluate()
         ev.gt_boxes, ev.pred_boxes = gt, pred
     return {"all": _summary(metrics_all), "dynamic": _summary(metrics_dyn)}

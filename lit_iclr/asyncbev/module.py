@@ -16,12 +16,14 @@ from .model import BEVFusionDetector
 from .targets import build_targets, decode, flow_loss, focal_loss, gt_velocity_field, regression_loss
 
 COMPENSATIONS = ("none", "emc", "asyncbev", "oracle")
+WORLD_CLASSES = ("car", "truck", "pedestrian", "bicycle")  # the generated world's detection classes
 
 
 class AsyncBEV(BaseModule):
     """Grid-based LiDAR-camera BEV detector with the AsyncBEV flow module (or a baseline compensation)."""
 
-    def __init__(self, num_classes: int = 4, image_size: tuple[int, int] = (40, 64), half_range: float = 25.6,
+    def __init__(self, num_classes: int = 4, detection_classes: list[str] | None = None,
+                 image_size: tuple[int, int] = (40, 64), half_range: float = 25.6,
                  grid_size: int = 64, channels: int = 32, image_backbone: str = "test_resnet", flow_base: int = 16,
                  flow_depth: int = 1, use_time_code: bool = True, use_position_code: bool = True,
                  compensation: str = "asyncbev", flow_loss_weight: float = 0.2, reg_loss_weight: float = 0.25,
@@ -30,6 +32,7 @@ class AsyncBEV(BaseModule):
         """
         Args:
             num_classes: Detection classes (from the data).
+            detection_classes: Their nuScenes names, in label order (from the data; null: the generated world's four).
             image_size: Camera image height, width (from the data).
             half_range: BEV grid covers [-half_range, half_range] m in x and y around the LiDAR.
             grid_size: BEV cells per side.
@@ -54,7 +57,11 @@ class AsyncBEV(BaseModule):
         for c in [compensation, *(val_baselines or [])]:
             if c not in COMPENSATIONS:
                 raise ConfigError(f"compensation and val_baselines must be among {COMPENSATIONS}, got {c!r}")
+        names = list(detection_classes) if detection_classes is not None else list(WORLD_CLASSES)
+        if len(names) != num_classes:
+            raise ConfigError(f"detection_classes names {len(names)} classes ({names}) but num_classes is {num_classes}")
         self.save_hyperparameters(ignore=["optimizer"])
+        self.class_names = names
         self.optimizer = optimizer
         self.compensation, self.flow_loss_weight, self.reg_loss_weight = compensation, flow_loss_weight, reg_loss_weight
         self.top_k, self.freeze_detector, self.val_baselines = top_k, freeze_detector, list(val_baselines or [])
@@ -139,7 +146,8 @@ class AsyncBEV(BaseModule):
             yaw = d["yaw"].double().cpu().numpy() + np.arctan2(T[1, 0], T[0, 0])
             size = d["size"].cpu().numpy()
             results[batch["sample_token"][b]] = [
-                box_record(batch["sample_token"][b], c[k], size[k], yaw[k], v[k], int(d["label"][k]), float(d["score"][k]))
+                box_record(batch["sample_token"][b], c[k], size[k], yaw[k], v[k], self.class_names[int(d["label"][k])],
+                           float(d["score"][k]))
                 for k in range(len(c))]
         return results
 
@@ -159,7 +167,8 @@ class AsyncBEV(BaseModule):
                 return
             with tempfile.TemporaryDirectory() as tmp:
                 path = write_results(Path(tmp) / "results_nusc.json", results)
-                m = nuscenes_metrics(dm.reader.nusc, path, dm.val_split, tmp, class_range=self.net.grid.half_range)
+                m = nuscenes_metrics(dm.reader.nusc, path, dm.val_split, tmp, class_range=self.net.grid.half_range,
+                                     classes=self.class_names)
             for split, vals in m.items():
                 vals = {f"val/{split}_{k}": float(v) for k, v in vals.items() if k in ("NDS", "mAP", "mAVE", "mATE")}
                 # val/<metric>/<compensation> puts the model and its baselines side by side in the run summary; the

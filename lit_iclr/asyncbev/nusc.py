@@ -1,10 +1,20 @@
 """Reader of the real nuScenes layout through `nuscenes-devkit`, with asynchronous sensor access.
 
 `AsyncNuScenes(root, version)` opens `root/<version>/*.json` with the unmodified `NuScenes` class and answers, for a
-keyframe: the LiDAR sweep `d` sweeps before it (20 Hz chain of `sample_data.prev`) accumulated with its own previous
-sweeps, the camera frames `d` frames before it (12 Hz chains), their projections, the ego-motion transform between
-the delayed sensor time t0 and the keyframe time t1, and the annotated boxes in the keyframe LiDAR frame.
-Missing tables or files, truncated `.pcd.bin` files and inconsistent calibration raise one clear error naming the file.
+keyframe: the LiDAR sweep a delay (seconds) before it accumulated with its own previous sweeps, the camera frames the
+same delay before their keyframe frames, their projections, the ego-motion transform between the delayed sensor time t0
+and the keyframe time t1, and the annotated boxes in the keyframe LiDAR frame.
+
+Quirks of the published data and what the reader does with them:
+- delays are seconds, matched on `sample_data.timestamp` (the record of the sensor's `prev` chain nearest to the
+  requested time), never counted in chain steps: a chain may hold only keyframes (2 Hz) or drop frames;
+- each `.pcd.bin` holds no-return points at the sensor origin and returns off the ego's roof: points with |x| and |y|
+  below `min_distance` (1 m) in the sweep's own frame are dropped, as the devkit's `LidarPointCloud.remove_close` in
+  `from_file_multisweep` does;
+- all ten nuScenes detection classes are read (or the subset `classes` names; the others are counted and reported once);
+- annotations carry `num_lidar_pts` and `num_radar_pts`, so training can drop boxes no sensor saw (mmdet3d's valid_flag);
+- missing tables or files, truncated `.pcd.bin` files, unreadable JPEGs and inconsistent calibration raise one clear
+  error naming the file.
 """
 from __future__ import annotations
 
@@ -12,17 +22,19 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
-from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
+from lit_iclr.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 
 from .geometry import apply, async_to_sync, record_transform
 
 TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log", "scene",
           "sample", "sample_data", "sample_annotation", "map")
 CAMERAS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT")
-# nuScenes detection classes this detector predicts (devkit names); others are ignored
-DETECTION_CLASSES = ("car", "truck", "pedestrian", "bicycle")
+# the ten nuScenes detection classes (devkit names), in the order of mmdet3d's / CMT's `class_names`
+DETECTION_CLASSES = ("car", "truck", "trailer", "bus", "construction_vehicle", "bicycle", "motorcycle", "pedestrian",
+                     "traffic_cone", "barrier")
+MIN_DISTANCE = 1.0  # m; the devkit's `from_file_multisweep(min_distance=1.0)`
 PCD_COLUMNS = 5  # x, y, z, intensity, ring (float32)
 
 
@@ -42,11 +54,29 @@ def load_pcd_bin(path: str | Path) -> np.ndarray:
     return pts
 
 
+def load_image(path: Path) -> np.ndarray:
+    """(H, W, 3) uint8 of a camera JPEG; a missing, corrupt or truncated file raises one clear error naming it."""
+    if not path.exists():
+        raise DatasetNotFoundError(path, "camera image listed in sample_data.json is missing",
+                                   "copy the complete samples/ and sweeps/ folders of the release into the data root")
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:  # PIL: not an image / truncated JPEG data
+        raise DatasetFormatError(path, f"is not a readable image ({type(e).__name__}: {e})",
+                                 "re-extract this file from the nuScenes archive (or re-download that camera's blob)") from e
+
+
 class AsyncNuScenes:
     """nuScenes through the devkit, with the LiDAR/camera chains needed to build asynchronous inputs."""
 
-    def __init__(self, root: str | Path, version: str = "v1.0-mini"):
+    def __init__(self, root: str | Path, version: str = "v1.0-mini", classes: tuple[str, ...] | list[str] = DETECTION_CLASSES,
+                 min_distance: float = MIN_DISTANCE):
         self.root = Path(root)
+        unknown = [c for c in classes if c not in DETECTION_CLASSES]
+        if unknown or not classes:
+            raise ConfigError(f"classes must be nuScenes detection classes among {DETECTION_CLASSES}, got {list(classes)}")
+        self.classes, self.min_distance = tuple(classes), float(min_distance)
         table_dir = self.root / version
         if not table_dir.is_dir():
             raise DatasetNotFoundError(table_dir, f"no nuScenes table folder for version {version!r}",
@@ -69,6 +99,12 @@ class AsyncNuScenes:
         except (json.JSONDecodeError, KeyError) as e:
             raise DatasetFormatError(table_dir, f"tables could not be indexed by nuscenes-devkit ({e!r})",
                                      "re-extract the metadata archive of this version") from e
+        except AssertionError as e:  # the devkit asserts that every map mask of map.json exists
+            if "map mask" not in str(e):
+                raise
+            raise DatasetNotFoundError(self.root / "maps", f"nuscenes-devkit: {e}",
+                                       "extract the release's maps/ folder (part of the metadata archive) into the "
+                                       "data root") from e
         self.version = version
         self._check_calibration(table_dir / "calibrated_sensor.json")
 
@@ -104,6 +140,29 @@ class AsyncNuScenes:
             sd = self.nusc.get("sample_data", sd["prev"])
         return sd
 
+    def at_delay(self, sd_token: str, delay: float) -> dict:
+        """The record of the same sensor's chain whose timestamp is nearest to `delay` seconds before `sd_token`'s
+        (clamped at the first of the scene). Timestamps decide, not chain steps: nuScenes chains run at each sensor's
+        own, jittered rate, and a chain may hold only keyframes."""
+        sd = best = self.nusc.get("sample_data", sd_token)
+        target = sd["timestamp"] - delay * 1e6
+        while sd["prev"] and sd["timestamp"] > target:
+            sd = self.nusc.get("sample_data", sd["prev"])
+            if abs(sd["timestamp"] - target) < abs(best["timestamp"] - target):
+                best = sd
+        return best
+
+    def ignored_annotations(self) -> dict[str, int]:
+        """Annotations per detection class left out by `classes` (from the instance table; nothing is read per sample)."""
+        from nuscenes.eval.detection.utils import category_to_detection_name
+
+        out: dict[str, int] = {}
+        for inst in self.nusc.instance:
+            name = category_to_detection_name(self.nusc.get("category", inst["category_token"])["name"])
+            if name is not None and name not in self.classes:
+                out[name] = out.get(name, 0) + int(inst["nbr_annotations"])
+        return out
+
     def pose(self, sd: dict) -> np.ndarray:
         return record_transform(self.nusc.get("ego_pose", sd["ego_pose_token"]))
 
@@ -113,12 +172,16 @@ class AsyncNuScenes:
     # ---------------------------------------------------------------- LiDAR
     def lidar_points(self, sd: dict, num_sweeps: int) -> np.ndarray:
         """(N, 5) x, y, z, intensity / 255, time lag (s) of `sd` and its `num_sweeps - 1` previous sweeps, in `sd`'s
-        LiDAR frame (the standard nuScenes multi-sweep input: older sweeps moved with their ego poses)."""
+        LiDAR frame (the standard nuScenes multi-sweep input: older sweeps moved with their ego poses). As the devkit's
+        `from_file_multisweep`, each sweep first loses its points within `min_distance` of its sensor in x and y
+        (no-return points at the origin and the ego's own roof), the rule of the devkit's `remove_close`."""
         l2e = record_transform(self.calib(sd))
         ref_from_global = np.linalg.inv(self.pose(sd) @ l2e)
         out, cur = [], sd
         for _ in range(num_sweeps):
             pts = load_pcd_bin(self.root / cur["filename"])
+            r = self.min_distance  # the devkit's `remove_close(radius)`: a square in the sweep's own x-y
+            pts = pts[~((np.abs(pts[:, 0]) < r) & (np.abs(pts[:, 1]) < r))]
             T = ref_from_global @ self.pose(cur) @ record_transform(self.calib(cur))
             lag = (sd["timestamp"] - cur["timestamp"]) * 1e-6
             out.append(np.concatenate([apply(T, pts[:, :3]), pts[:, 3:4] / 255.0, np.full((len(pts), 1), lag)], 1))
@@ -128,17 +191,15 @@ class AsyncNuScenes:
         return np.concatenate(out).astype(np.float32)
 
     # ---------------------------------------------------------------- cameras
-    def camera_frames(self, sample: dict, delay: int, ref_lidar2global: np.ndarray):
-        """Images (6, H, W, 3) uint8 `delay` frames before the keyframe and their (6, 3, 4) projections from the
-        reference LiDAR frame (given by `ref_lidar2global`) to pixels, through each frame's own ego pose."""
+    def camera_frames(self, sample: dict, delay: float, ref_lidar2global: np.ndarray):
+        """Images (6, H, W, 3) uint8 of each camera's frame nearest to `delay` seconds before its keyframe frame and
+        their (6, 3, 4) projections from the reference LiDAR frame (given by `ref_lidar2global`) to pixels, through each
+        frame's own ego pose."""
         images, projs = [], []
         for ch in CAMERAS:
-            sd = self.back(sample["data"][ch], delay)
+            sd = self.at_delay(sample["data"][ch], delay)
             path = self.root / sd["filename"]
-            if not path.exists():
-                raise DatasetNotFoundError(path, "camera image listed in sample_data.json is missing",
-                                           "copy the complete samples/ and sweeps/ folders of the release into the data root")
-            img = np.asarray(Image.open(path).convert("RGB"))
+            img = load_image(path)
             if sd["height"] and img.shape[:2] != (sd["height"], sd["width"]):
                 raise DatasetFormatError(path, f"is {img.shape[1]}x{img.shape[0]} but sample_data.json says "
                                          f"{sd['width']}x{sd['height']}", "re-extract the image or the metadata")
@@ -154,8 +215,9 @@ class AsyncNuScenes:
         return np.stack(images), np.stack(projs).astype(np.float32)
 
     # ---------------------------------------------------------------- one asynchronous sample
-    def async_sample(self, sample_token: str, lidar_delay: int, camera_delay: int, num_sweeps: int) -> dict:
-        """Inputs of one keyframe with the LiDAR `lidar_delay` sweeps and the cameras `camera_delay` frames old.
+    def async_sample(self, sample_token: str, lidar_delay: float, camera_delay: float, num_sweeps: int) -> dict:
+        """Inputs of one keyframe with the LiDAR `lidar_delay` seconds and the cameras `camera_delay` seconds old (each
+        the nearest recorded frame; `dt` is what the timestamps give).
 
         The delayed modality is expressed in its own sensor frame at t0 (`*_from`), the other at t1; `emc` is the
         3x3 BEV affine mapping a cell of the keyframe LiDAR frame (t1) to the delayed frame (t0), and `dt` = t1 - t0.
@@ -164,16 +226,17 @@ class AsyncNuScenes:
         key = self.nusc.get("sample_data", sample["data"]["LIDAR_TOP"])
         l2e = record_transform(self.calib(key))
         e2g_1 = self.pose(key)
-        lidar_sd = self.back(key["token"], lidar_delay)
+        lidar_sd = self.at_delay(key["token"], lidar_delay)
         points = self.lidar_points(lidar_sd, num_sweeps)
-        cam_key = self.back(sample["data"]["CAM_FRONT"], camera_delay)
+        cam_key = self.at_delay(sample["data"]["CAM_FRONT"], camera_delay)
+        cam_late = cam_key["token"] != sample["data"]["CAM_FRONT"]
         # the delayed camera's frame: the LiDAR frame at the front camera's time (calibration plus that frame's ego pose)
-        cam_ref = self.pose(cam_key) @ l2e if camera_delay > 0 else e2g_1 @ l2e
+        cam_ref = self.pose(cam_key) @ l2e if cam_late else e2g_1 @ l2e
         images, projs = self.camera_frames(sample, camera_delay, cam_ref)
-        if lidar_delay > 0:
+        if lidar_sd["token"] != key["token"]:
             t0_sd, e2g_0 = lidar_sd, self.pose(lidar_sd)
         else:
-            t0_sd, e2g_0 = (cam_key, self.pose(cam_key)) if camera_delay > 0 else (key, e2g_1)
+            t0_sd, e2g_0 = (cam_key, self.pose(cam_key)) if cam_late else (key, e2g_1)
         T = async_to_sync(l2e, e2g_0, e2g_1)  # t0 frame -> t1 frame
         sync_to_async = np.linalg.inv(T)
         emc = np.eye(3)
@@ -183,7 +246,8 @@ class AsyncNuScenes:
 
     def boxes(self, sample_token: str) -> dict:
         """Annotated boxes of a keyframe in its LiDAR frame: center (M, 3), size wlh (M, 3), yaw (M,), velocity (M, 2),
-        class index (M,) into DETECTION_CLASSES (others dropped), num_lidar_pts (M,)."""
+        class index (M,) into `classes` (annotations of other classes left out; `ignored_annotations` counts them),
+        num_lidar_pts (M,), num_radar_pts (M,)."""
         from nuscenes.eval.detection.utils import category_to_detection_name
         from pyquaternion import Quaternion
 
@@ -194,14 +258,15 @@ class AsyncNuScenes:
         for tok in sample["anns"]:
             a = self.nusc.get("sample_annotation", tok)
             name = category_to_detection_name(a["category_name"])
-            if name not in DETECTION_CLASSES:
+            if name not in self.classes:
                 continue
             center = apply(g2l, np.asarray(a["translation"], dtype=float))
             R = g2l[:3, :3] @ Quaternion(a["rotation"]).rotation_matrix
             vel = np.nan_to_num(self.nusc.box_velocity(tok))
             v = g2l[:3, :3] @ vel
-            rows.append([*center, *a["size"], np.arctan2(R[1, 0], R[0, 0]), v[0], v[1], DETECTION_CLASSES.index(name),
-                         a["num_lidar_pts"]])
-        arr = np.asarray(rows, dtype=np.float32).reshape(-1, 11)
-        return dict(center=arr[:, :3], size=arr[:, 3:6], yaw=arr[:, 6], velocity=arr[:, 7:9], label=arr[:, 9].astype(np.int64),
-                    num_lidar_pts=arr[:, 10].astype(np.int64))
+            rows.append([*center, *a["size"], np.arctan2(R[1, 0], R[0, 0]), v[0], v[1], self.classes.index(name),
+                         a["num_lidar_pts"], a["num_radar_pts"]])
+        arr = np.asarray(rows, dtype=np.float64).reshape(-1, 12)
+        return dict(center=arr[:, :3].astype(np.float32), size=arr[:, 3:6].astype(np.float32), yaw=arr[:, 6].astype(np.float32),
+                    velocity=arr[:, 7:9].astype(np.float32), label=arr[:, 9].astype(np.int64),
+                    num_lidar_pts=arr[:, 10].astype(np.int64), num_radar_pts=arr[:, 11].astype(np.int64))

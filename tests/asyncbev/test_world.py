@@ -56,9 +56,9 @@ def test_class_range_limits_the_scored_boxes(tiny_world, tmp_path):
             if np.hypot(*(np.subtract(a["translation"], ego["translation"])[:2])) > 10.0:
                 beyond += 1
                 continue
-            label = ["car", "truck", "pedestrian", "bicycle"].index(category_to_detection_name(a["category_name"]))
+            name = category_to_detection_name(a["category_name"])
             boxes.append(box_record(tok, a["translation"], a["size"], Quaternion(a["rotation"]).yaw_pitch_roll[0],
-                                    np.nan_to_num(nusc.box_velocity(a["token"]))[:2], label, 1.0))
+                                    np.nan_to_num(nusc.box_velocity(a["token"]))[:2], name, 1.0))
         results[tok] = boxes
     path = write_results(tmp_path / "r.json", results)
     assert nuscenes_metrics(nusc, path, "mini_val", tmp_path, class_range=10.0)["all"]["mAP"] == pytest.approx(1.0)
