@@ -1,7 +1,8 @@
 """Running the analysis and the interventions over batches of a VLM that returns answer-position attention rows.
 
 `vlm(x, q, return_attention=True)` must return an object with `logits` (B, A), `answer_attention` (B, L, T) and
-`num_image_tokens` (`model.CompactVLM` does). Answers are correct when the argmax lies in the item's gold answer set.
+`num_image_tokens` (`model.CompactVLM` does). An answer's score is the VQA accuracy of the argmax class (`gold` holds
+every class's score: 1 / 0 for single-answer records); an answer is wrong when it scores 0 (no human gave it).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def attention_batch(vlm, batch: dict[str, torch.Tensor], image_size: int, min_ov
 
 
 def correct(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """(B,) VQA score of the predicted class (bool `gold` gives bool: right or wrong)."""
     return gold.gather(1, logits.argmax(-1, keepdim=True)).squeeze(1)
 
 
@@ -109,7 +111,8 @@ def summarize(firsts: list[dict[str, torch.Tensor]], variants: list[dict[str, to
     cat = {k: torch.cat([f[k] for f in firsts]) for k in ("correct", "rapt_share", "image_mass", "auroc", "ndcg", "att_img",
                                                            "labels")}
     var = {k: torch.cat([v[k] for v in variants]) for k in variants[0]}
-    wrong = ~cat["correct"]
+    wrong = cat["correct"] <= 0  # no human gave the answer
+    ev = cat["labels"].any(1)  # questions with annotated evidence: the only ones a hit is defined for
     # per-layer hit: top-attended patch of layer l inside the evidence
     top = cat["att_img"].argmax(-1)  # (N, L)
     hit = cat["labels"].gather(1, top)  # (N, L)
@@ -119,11 +122,12 @@ def summarize(firsts: list[dict[str, torch.Tensor]], variants: list[dict[str, to
         "layer/image_mass": cat["image_mass"].mean(0).tolist(),
         "layer/auroc": cat["auroc"].nanmean(0).tolist(),
         "layer/ndcg": cat["ndcg"].nanmean(0).tolist(),
-        "layer/hit_wrong": hit[wrong].float().mean(0).tolist() if wrong.any() else [float("nan")] * hit.shape[1],
-        "layer/hit_correct": hit[~wrong].float().mean(0).tolist() if (~wrong).any() else [float("nan")] * hit.shape[1],
+        "layer/hit_wrong": hit[wrong & ev].float().mean(0).tolist() if (wrong & ev).any() else [float("nan")] * hit.shape[1],
+        "layer/hit_correct": (hit[~wrong & ev].float().mean(0).tolist() if (~wrong & ev).any()
+                              else [float("nan")] * hit.shape[1]),
         "calib/auroc": layer_profile["auroc"].tolist(),
-        "sbnb_rate": var["profiled_hit"][wrong].float().mean().item() if wrong.any() else float("nan"),
-        "hit_rate_correct": var["profiled_hit"][~wrong].float().mean().item() if (~wrong).any() else float("nan"),
-        "evidence_fraction": cat["labels"].float().mean().item(),  # chance level of a hit
+        "sbnb_rate": var["profiled_hit"][wrong & ev].float().mean().item() if (wrong & ev).any() else float("nan"),
+        "hit_rate_correct": var["profiled_hit"][~wrong & ev].float().mean().item() if (~wrong & ev).any() else float("nan"),
+        "evidence_fraction": cat["labels"][ev].float().mean().item() if ev.any() else float("nan"),  # chance of a hit
     })
     return res

@@ -45,7 +45,7 @@ class DecoderLayer(nn.Module):
 
 
 class CompactVLM(nn.Module):
-    def __init__(self, num_answers: int, vocab_size: int, image_size: int = 32, patch_size: int = 8, in_chans: int = 1,
+    def __init__(self, num_answers: int, vocab_size: int, image_size: int = 32, patch_size: int = 8, in_chans: int = 3,
                  vision_dim: int = 48, vision_depth: int = 1, vision_heads: int = 2, dim: int = 64, depth: int = 4,
                  heads: int = 4, mlp_ratio: int = 2, max_question_len: int = 8, question_first: bool = False):
         """
@@ -54,7 +54,7 @@ class CompactVLM(nn.Module):
             vocab_size: Question vocabulary (hashed word ids).
             image_size: Square input side in pixels.
             patch_size: ViT patch side; the image gives (image_size / patch_size)^2 image tokens.
-            in_chans: Image channels.
+            in_chans: Image channels (3: the RGB images of the data).
             vision_dim / vision_depth / vision_heads: timm VisionTransformer width, blocks and heads.
             dim / depth / heads: decoder width, layers and heads.
             mlp_ratio: decoder MLP width / dim.

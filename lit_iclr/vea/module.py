@@ -66,7 +66,7 @@ class VEAModule(BaseModule):
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
         self.image_size = image_size
-        self.vlm = CompactVLM(num_answers, vocab_size, image_size, patch_size, 1, vision_dim, vision_depth, 2, dim, depth,
+        self.vlm = CompactVLM(num_answers, vocab_size, image_size, patch_size, 3, vision_dim, vision_depth, 2, dim, depth,
                               heads, 2, max_question_len, question_first)
         self.cfg = analysis.VEAConfig(num_layers, top_frac, smooth_sigma, edge_sigma, gamma, context, context_sigma,
                                       min_overlap, tuple(variants))

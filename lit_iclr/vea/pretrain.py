@@ -27,7 +27,7 @@ from . import vea
 from .data import draw_scene
 
 EMPTY = len(FASHION_MNIST_CLASSES)  # label of a patch no item covers
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: RGB scenes with coloured items
 
 
 def patch_targets(boxes: list[tuple[int, int, int, int]], classes: list[int], image_size: int, grid: int,
@@ -42,15 +42,15 @@ def patch_targets(boxes: list[tuple[int, int, int, int]], classes: list[int], im
 
 def pretraining_scenes(n: int, seed: int, image_size: int, grid: int, max_items: int = 4, source: str = "train",
                        fashion_root: str | Path = FASHION_MNIST_DIR) -> tuple[torch.Tensor, torch.Tensor]:
-    """`n` generated scenes (n, 1, S, S) in [0, 1] with their patch labels (n, grid^2), from Fashion-MNIST `source`."""
+    """`n` generated RGB scenes (n, 3, S, S) in [0, 1] with their patch labels (n, grid^2), from Fashion-MNIST `source`."""
     images, labels = load_fashion_mnist(fashion_root, source)
     by_class = [np.flatnonzero(labels == c) for c in range(len(FASHION_MNIST_CLASSES))]
     rng = np.random.default_rng([seed, 7, int(source == "test")])
-    x = np.empty((n, 1, image_size, image_size), dtype=np.float32)
+    x = np.empty((n, 3, image_size, image_size), dtype=np.float32)
     y = np.empty((n, grid * grid), dtype=np.int64)
     for i in range(n):
         s = draw_scene(images, by_class, rng, image_size, image_size // 2, int(rng.integers(1, max_items + 1)), 0.5)
-        x[i, 0] = s["image"] / 255.0
+        x[i] = s["image"].transpose(2, 0, 1) / 255.0
         y[i] = patch_targets(s["boxes"], s["classes"], image_size, grid)
     return torch.from_numpy(x), torch.from_numpy(y)
 

@@ -16,7 +16,7 @@ def batch(n=6):
     gold[torch.arange(n), torch.arange(n) % 5] = True
     boxes = torch.full((n, 4, 4), -1.0)
     boxes[:, 0] = torch.tensor([0.0, 0.0, 16.0, 16.0])
-    return {"x": torch.rand(n, 1, 32, 32, generator=g), "q": q, "gold": gold, "boxes": boxes}
+    return {"x": torch.rand(n, 3, 32, 32, generator=g), "q": q, "gold": gold, "boxes": boxes}
 
 
 def test_attention_rows_are_distributions_that_ignore_padding():

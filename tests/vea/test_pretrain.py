@@ -39,8 +39,8 @@ def test_patch_targets_match_a_pixel_count(grid):
 
 def test_pretraining_scenes_label_the_cells_that_hold_items():
     x, y = pretrain.pretraining_scenes(60, seed=0, image_size=32, grid=2, max_items=4)
-    assert x.shape == (60, 1, 32, 32) and y.shape == (60, 4) and 0 <= x.min() and x.max() <= 1
-    cells = x[:, 0].unflatten(1, (2, 16)).unflatten(3, (2, 16)).permute(0, 1, 3, 2, 4).flatten(1, 2)  # (n, 4, 16, 16)
+    assert x.shape == (60, 3, 32, 32) and y.shape == (60, 4) and 0 <= x.min() and x.max() <= 1  # RGB scenes
+    cells = x.amax(1).unflatten(1, (2, 16)).unflatten(3, (2, 16)).permute(0, 1, 3, 2, 4).flatten(1, 2)  # (n, 4, 16, 16)
     # jitter moves an item at most 2 px into the next cell: the centre of an EMPTY cell is black, an item's is not
     centre_mass = cells[..., 3:13, 3:13].flatten(2).amax(-1)
     empty = y == pretrain.EMPTY
