@@ -23,7 +23,7 @@ from . import registry
 from .core.classes import checkpoint_class_names, refusal, resolve_class
 from .core.data import BaseDataModule
 from .core.dist_ckpt import is_distributed_checkpoint
-from .core.errors import CheckpointError, ConfigError, LitIclrError
+from .core.errors import CheckpointError, ConfigError, LitIclrError, check_writable, run_folder_error, write_problem
 from .core.hub import read_checkpoint
 from .core.module import BaseModule
 from .core.progress import LineProgressBar, use_line_progress
@@ -118,8 +118,25 @@ class LitIclrCLI(LightningCLI):
             trainer["logger"] = False
             return
         config_files = [str(p) for p in (cfg.get("config") or [])]
-        run_dir, changes = resolve_run_dir(trainer.get("default_root_dir"), config_files,
-                                           resume=cfg.get("ckpt_path") == "last", current=self._resolved_config(cfg))
+        fix = "set `--trainer.default_root_dir` to a writable folder (run from a writable working directory)"
+        try:
+            run_dir, changes = resolve_run_dir(trainer.get("default_root_dir"), config_files,
+                                               resume=cfg.get("ckpt_path") == "last", current=self._resolved_config(cfg))
+        except OSError as e:  # a read-only runs/ folder: one line before anything is built
+            problem = write_problem(e)
+            if problem is None:
+                raise
+            raise run_folder_error(e.filename or "runs", f"the run folder cannot be created: it {problem}", fix) from None
+        check_writable(run_dir, fix, run_folder_error)
+        if self.subcommand == "fit":  # checkpoints must be writable before training starts (e.g. resuming a read-only run)
+            ckpt_dir = Path((cfg.get("checkpoint") or {}).get("dirpath") or run_dir / "checkpoints")
+            try:
+                check_writable(ckpt_dir, "copy the run to a writable folder and resume from there, or set "
+                               "`--checkpoint.dirpath` to a writable folder", CheckpointError)
+            except CheckpointError:
+                if not any(run_dir.iterdir()):  # the folder this refused run just made: leave nothing behind
+                    run_dir.rmdir()
+                raise
         trainer["default_root_dir"] = str(run_dir)
         self.run_dir = run_dir
         logger = trainer.get("logger")

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import lightning as L
 
-from .errors import ConfigError, DatasetNotFoundError
+from .errors import ConfigError, DatasetNotFoundError, write_problem
 
 STALE_FOREIGN_SECONDS = 24 * 3600  # a temporary folder of another host is removed only when this old
 
@@ -92,9 +92,17 @@ def ensure_generated(path: str | Path, generate: Callable[[Path], None]) -> Path
     """Run `generate(tmp_dir)` unless `path` already holds a complete dataset; return `path`."""
     path = Path(path)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_dir(path) as tmp:
-            generate(tmp)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_dir(path) as tmp:
+                generate(tmp)
+        except OSError as e:  # a read-only data/ (or a full disk): one line, and atomic_dir left nothing behind
+            problem = write_problem(e)
+            if problem is None:
+                raise
+            raise DatasetNotFoundError(path, f"cannot be generated: {e.filename or path.parent} {problem}",
+                                       "set `data.init_args.data_dir` to a writable folder, or `data.init_args.root` "
+                                       "to data that is already there") from None
     return path
 
 

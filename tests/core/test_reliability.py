@@ -384,3 +384,83 @@ def test_hub_refuses_a_lit_iclr_name_that_is_not_a_model(hub_folder, tmp_path, m
     (folder / "README.md").write_text(card)
     with pytest.raises(CheckpointError, match="not a lit-iclr model"):
         load_model(folder)
+
+
+# ------------------------------------------------------------------- places that cannot be written: one line each
+@pytest.fixture
+def read_only(monkeypatch):
+    """`read_only(folder)`: writes under `folder` fail with EROFS, as on a read-only mount. Tests run as root, where
+    chmod stops no write, and bind mounts need privileges: so the OS calls that create, open for writing or rename
+    files are wrapped, and the platform's own path is exercised (its probe write and its error handling)."""
+    import builtins
+    import errno
+
+    folders: list[Path] = []
+
+    def blocked(path) -> bool:
+        try:
+            p = Path(os.fsdecode(path)).absolute()
+        except TypeError:  # a file descriptor
+            return False
+        return any(p == f or f in p.parents for f in folders)
+
+    def erofs(path):
+        raise OSError(errno.EROFS, "Read-only file system", os.fsdecode(path))
+
+    real_open, real_os_open, real_mkdir, real_replace = builtins.open, os.open, os.mkdir, os.replace
+
+    def fake_open(file, mode="r", *a, **k):
+        if any(c in mode for c in "wax+") and not isinstance(file, int) and blocked(file):
+            erofs(file)
+        return real_open(file, mode, *a, **k)
+
+    def fake_os_open(path, flags, *a, **k):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and blocked(path):
+            erofs(path)
+        return real_os_open(path, flags, *a, **k)
+
+    def fake_mkdir(path, *a, **k):
+        if blocked(path):
+            erofs(path)
+        return real_mkdir(path, *a, **k)
+
+    def fake_replace(src, dst, *a, **k):
+        if blocked(src) or blocked(dst):
+            erofs(dst)
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(os, "open", fake_os_open)
+    monkeypatch.setattr(os, "mkdir", fake_mkdir)
+    monkeypatch.setattr(os, "replace", fake_replace)
+    monkeypatch.setattr(os, "rename", fake_replace)
+    return lambda folder: folders.append(Path(folder).absolute())
+
+
+def test_read_only_data_dir_is_one_line(tmp_path, capsys, read_only):
+    (tmp_path / "data").mkdir()
+    read_only(tmp_path / "data")
+    err = one_line_error(capsys, "fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir",
+                         str(tmp_path / "data"), "--trainer.default_root_dir", str(tmp_path / "r"), *QUIET)
+    assert "cannot be generated" in err and "read-only file system" in err and "data.init_args.data_dir" in err
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_read_only_runs_folder_is_one_line(tmp_path, capsys, monkeypatch, read_only):
+    monkeypatch.chdir(tmp_path)
+    cfg = toy_config(tmp_path / "toy.yaml", data_dir=tmp_path / "d")
+    (tmp_path / "runs").mkdir()
+    read_only(tmp_path / "runs")
+    err = one_line_error(capsys, "fit", "--config", cfg, *QUIET)
+    assert "run folder cannot be created" in err and "read-only file system" in err and "default_root_dir" in err
+
+
+def test_resume_from_a_read_only_checkpoint_folder_refuses_before_training(tmp_path, capsys, read_only):
+    args = ["fit", "--model", "ToyRegression", "--data", "ToyData", "--data.init_args.data_dir", str(tmp_path / "d"),
+            "--trainer.default_root_dir", str(tmp_path / "r"), "--trainer.limit_val_batches", "0", *QUIET]
+    main([*args, "--trainer.max_steps", "2"])
+    files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "r").rglob("*"))
+    read_only(tmp_path / "r" / "checkpoints")
+    err = one_line_error(capsys, *args, "--trainer.max_steps", "4", "--ckpt_path", "last")
+    assert "checkpoints: is on a read-only file system" in err and "--checkpoint.dirpath" in err
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "r").rglob("*")) == files  # nothing trained or written
