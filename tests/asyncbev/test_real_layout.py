@@ -177,3 +177,16 @@ def test_mmdet3d_1x_infos_boxes_land_on_the_annotated_corners(release, tmp_path)
     # y forward): CAM_FRONT looks along LiDAR +y
     front = info["cams"]["CAM_FRONT"]
     assert np.allclose(front["sensor2lidar_rotation"] @ [0, 0, 1.0], [0, 1, 0], atol=0.05)
+
+
+def test_missing_map_mask_is_one_clear_line(release, tmp_path):
+    """The devkit asserts on a map mask of map.json that is not on disk; the reader names the folder and the fix."""
+    import shutil
+
+    from lit_iclr.core.errors import DatasetNotFoundError
+
+    root = tmp_path / "copy"
+    shutil.copytree(release, root)
+    shutil.rmtree(root / "maps")
+    with pytest.raises(DatasetNotFoundError, match=r"maps: nuscenes-devkit: map mask .* does not exist\n  fix: extract"):
+        AsyncNuScenes(root)
