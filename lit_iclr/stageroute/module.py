@@ -20,14 +20,15 @@ class StageRoute(BaseModule):
     def __init__(self, num_models: int, horizon: int, policy: str = "stageroute", m_max: int = 3, budget: float = 0.35,
                  stage_length: int | None = None, stage_scale: float = 1.0, radius_scale: float = 1.0,
                  cache_tol: float = 0.01, epsilon: float = 0.1, pacing: bool = True, lp_solver: str = "exact",
-                 enumerate_up_to: int = 12, seed: int = 0):
+                 enumerate_up_to: int = 12, seed: int = 0, budget_mode: str = "absolute"):
         """
         Args:
             num_models: K, models in the workload (linked from the data).
             horizon: T, queries in the stream (linked from the data).
             policy: `stageroute` or a baseline: `oracle`, `greedy`, `eps_greedy`, `cost_blind`, `random`, `per_query`.
             m_max: M_max, models deployed at once.
-            budget: b, the per-query budget on expected cost, in the workload's cost units.
+            budget: b, the per-query budget on expected cost: in the workload's cost units (`budget_mode: absolute`;
+                the default workload's MFLOPs, RouterBench's dollars), or a fraction in [0, 1] of its cost range.
             stage_length: Lambda, queries per stage; null uses ceil(stage_scale T^(1/3)) (T^(2/3) stages).
             stage_scale: Constant of the T^(1/3) rule.
             radius_scale: Scale of the confidence radius sqrt(2 ln T / n).
@@ -38,13 +39,16 @@ class StageRoute(BaseModule):
             enumerate_up_to: Solve the deployment problem by enumerating subsets (a batch of exact LPs) while the pool has
                 at most this many models, by HiGHS's MILP beyond.
             seed: Seed of the routing draws.
+            budget_mode: `absolute` (b in cost units; warns when b is at or above every model's mean cost and never
+                binds) or `relative` (b in [0, 1]: c_min + b (c_max - c_min) over the models' mean costs).
         """
         super().__init__()
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.cfg = RouterConfig(policy=policy, m_max=m_max, budget=budget, horizon=horizon, stage_length=stage_length,
                                 stage_scale=stage_scale, radius_scale=radius_scale, cache_tol=cache_tol, epsilon=epsilon,
-                                pacing=pacing, lp_solver=lp_solver, enumerate_up_to=enumerate_up_to, seed=seed)
+                                pacing=pacing, lp_solver=lp_solver, enumerate_up_to=enumerate_up_to, seed=seed,
+                                budget_mode=budget_mode)
         for name, value in RouterState.new(num_models).arrays().items():
             self.register_buffer(name, torch.from_numpy(value.copy()))
         self.router: Router | None = None

@@ -13,11 +13,16 @@ paid back instead of exhausting B before T. Regret is the pseudo-regret against 
 same deployment problem at every stage boundary: sum_t V*_{k(t)} - mu_{m_t} 1[t served] (`state.regret`); a paced policy can
 beat that oracle, so benchmarks measure regret against `Router.horizon_value()`, the bandits-with-knapsacks benchmark that
 may move the total budget between stages (V_B - state.reward).
+Budget units: with `budget_mode: absolute` b is in the workload's cost units (the default workload: MFLOPs per image;
+RouterBench: US dollars per query, where b = 5 is far above every model's mean cost and never binds, which the router
+warns about). With `budget_mode: relative` b in [0, 1] places the budget in the workload's own cost range,
+c_min + b (c_max - c_min) over the models' mean costs: 0 affords only the cheapest model on average, 1 every model.
 All state is in the arrays of `RouterState`, so the Lightning module keeps it in buffers and a run resumes exactly.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -28,11 +33,13 @@ from .programs import confidence_bounds, deploy, horizon_oracle_value, routing_l
 from .workload import Workload
 
 POLICIES = ("stageroute", "oracle", "greedy", "eps_greedy", "cost_blind", "random", "per_query")
+BUDGET_MODES = ("absolute", "relative")
 
 
 @dataclass
 class RouterConfig:
-    """policy: one of POLICIES; budget b in the workload's cost units; stage_length null = ceil(c T^(1/3))."""
+    """policy: one of POLICIES; budget b in the workload's cost units (`budget_mode: absolute`) or as a fraction of its
+    range of model mean costs (`relative`); stage_length null = ceil(c T^(1/3))."""
 
     policy: str = "stageroute"
     m_max: int = 3
@@ -47,11 +54,16 @@ class RouterConfig:
     lp_solver: str = "exact"
     pacing: bool = True
     seed: int = 0
+    budget_mode: str = "absolute"
 
     def __post_init__(self):
         if self.policy not in POLICIES:
             raise ConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.m_max < 1 or self.budget <= 0 or self.horizon < 1:
+        if self.budget_mode not in BUDGET_MODES:
+            raise ConfigError(f"budget_mode must be one of {BUDGET_MODES}, got {self.budget_mode!r}")
+        if self.budget_mode == "relative" and not 0 <= self.budget <= 1:
+            raise ConfigError(f"a relative budget is a fraction of the workload's cost range, in [0, 1]; got {self.budget}")
+        if self.m_max < 1 or (self.budget <= 0 and self.budget_mode == "absolute") or self.horizon < 1:
             raise ConfigError(f"need m_max >= 1, budget > 0, horizon >= 1 (got {self.m_max}, {self.budget}, {self.horizon})")
         if self.lp_solver not in ("exact", "highs"):
             raise ConfigError(f"lp_solver must be 'exact' or 'highs', got {self.lp_solver!r}")
@@ -108,15 +120,29 @@ class RouterState:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def resolve_budget(cfg: RouterConfig, mean_cost: np.ndarray) -> float:
+    """b in the workload's cost units: as given (absolute), or c_min + b (c_max - c_min) of the models' mean costs."""
+    lo, hi = float(mean_cost.min()), float(mean_cost.max())
+    if cfg.budget_mode == "relative":
+        return lo + cfg.budget * (hi - lo)
+    if cfg.policy != "cost_blind" and cfg.budget >= hi:
+        warnings.warn(f"budget {cfg.budget:g} per query is at or above every model's mean cost (largest {hi:.3g} in the "
+                      f"workload's units; costs range {lo:.3g}..{hi:.3g}): it never binds. The default budget is in MFLOPs of "
+                      "the default workload; for another workload (RouterBench: dollars) set budget_mode: relative with "
+                      "budget in [0, 1], or a budget in that workload's units", UserWarning, stacklevel=3)
+    return float(cfg.budget)
+
+
 class Router:
     """Runs a policy over a workload; `serve(state, rows)` handles the next len(rows) queries in place."""
 
     def __init__(self, workload: Workload, cfg: RouterConfig, cost_scale: float | None = None):
         self.w, self.cfg = workload, cfg
         self.scale = float(cost_scale or workload.cost.max() or 1.0)  # known cost bound: costs and b in [0, 1] units
-        self.b = cfg.budget / self.scale
-        self.total_budget = self.b * cfg.horizon
         mu, c = workload.means()
+        self.budget = resolve_budget(cfg, c)  # b in the workload's cost units
+        self.b = self.budget / self.scale
+        self.total_budget = self.b * cfg.horizon
         self.mu, self.c = mu, c / self.scale
         self.cost = workload.cost / self.scale
         self.order = np.argsort(-workload.release, kind="stable")  # newest first (greedy)
