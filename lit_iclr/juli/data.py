@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from lit_iclr.core.data import BaseDataModule
 from lit_iclr.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.safetensors_check import check_safetensors
 
 from . import chats
 
@@ -186,6 +187,12 @@ class PolicyChats(BaseDataModule):
         if self.target == "generated" and not (self.path / "target" / "config.json").is_file():
             raise DatasetNotFoundError(self.path / "target", "no Hugging Face model folder (config.json)",
                                        "regenerate the default data, or set data.init_args.target to smollm2 or a model")
+        if self.juli_lm_path is not None and Path(self.juli_lm_path).is_dir():
+            # the weights are checked against their header here: transformers' error for a truncated file names none
+            fix = ("regenerate the default data (delete the folder)" if self.target == "generated" else
+                   "copy or download the model folder again")
+            for weights in sorted(Path(self.juli_lm_path).glob("*.safetensors")):
+                check_safetensors(weights, fix)
 
     def train_dataloader(self):
         stream = StepStream(self.policy, self.attack, self.policy_steps, self.attack_steps, self.batch_size, self.seed)

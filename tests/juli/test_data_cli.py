@@ -99,3 +99,40 @@ def test_twin_fit_and_generated_splits(tmp_path, twin, decline):
 def test_real_configs_parse(config, capsys):
     out = print_config(config, capsys)
     assert "lit_iclr.juli.JULI" in out and "PolicyChats" in out
+
+
+def _safetensors_bytes(tensors: dict[str, list[float]]) -> bytes:
+    """The published layout written by hand: u64 header size, JSON header with data_offsets, then little-endian F32."""
+    import struct
+
+    header, data = {}, b""
+    for name, values in tensors.items():
+        blob = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": [len(values)], "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+@pytest.mark.parametrize("damage, problem", [("truncate", "is truncated: its header needs 149 bytes, the file has 139"),
+                                             ("short", "shorter than its 8-byte header size"),
+                                             ("header", "header says"), ("garble", "garbled safetensors header")])
+def test_a_damaged_model_safetensors_of_the_target_is_one_line(tmp_path, damage, problem):
+    from lit_iclr.juli.data import PolicyChats
+
+    for name, kind in (("policy_train.jsonl", "policy"), ("attack_train.jsonl", "reveal"), ("eval.jsonl", "none")):
+        write(tmp_path / name, chats.make_split(4, 0, kind))
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    good = _safetensors_bytes({"w": [1.0, 2.0, 3.0], "b": [0.5]})
+    (target / "model.safetensors").write_bytes(good)
+    dm = PolicyChats(root=str(tmp_path), target=str(target), batch_size=2)
+    dm.setup("fit")  # the intact file passes
+    assert len(good) == 8 + 125 + 16  # header size, header, 4 floats
+    bad = {"truncate": good[:139], "short": good[:5], "header": good[:20],
+           "garble": good[:8] + b"\xff" * (len(good) - 8)}[damage]
+    (target / "model.safetensors").write_bytes(bad)
+    with pytest.raises(DatasetFormatError, match=problem) as e:
+        dm.setup("fit")
+    assert str(e.value).startswith(str(target / "model.safetensors")) and "fix:" in str(e.value)
