@@ -1,20 +1,98 @@
-"""SOOPER's data: the offline dataset the prior is learned from (D4RL HDF5 with `costs`) and the real environment.
+"""SOOPER's data: the offline dataset the prior is learned from (D4RL HDF5 with `costs`, or a Minari dataset with
+`infos/cost`) and the real environment.
 
 Training is online: one "batch" is one real episode, collected by the module in `training_step`; the DataModule yields
 `online_episodes` episode indices per epoch and hands out fresh environments with `make_env`.
+
+The dataset must have been recorded on the configured task: besides the observation/action dimensions, the task the
+file records (`metadata/task` + `metadata/task_kwargs` of a D4RL-layout file, the `env_spec` entry point + kwargs of a
+Minari dataset) is compared with the environment's parameters, and a mismatch is refused. Parameters that only shape
+the episodes (`max_steps`, start state and its noise) may differ. A file that records no task (DSRL's own files)
+is checked on its dimensions alone, with a warning.
 """
 from __future__ import annotations
 
+import inspect
+import json
+import warnings
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_iclr.core import BaseDataModule, DatasetFormatError
-from lit_iclr.core.offline_rl import read_d4rl_hdf5, single_hdf5
+from lit_iclr.core import BaseDataModule, ConfigError, DatasetFormatError
+from lit_iclr.core.offline_rl import minari_data_dir, read_d4rl_hdf5, read_minari, single_hdf5
 
-from .envs import make_task
+from .envs import TASKS, make_task
+
+EPISODE_ONLY = ("max_steps", "start", "start_noise", "init_noise")  # change the episodes, not the MDP's rules
+
+
+def task_parameters(task: str, task_kwargs: dict | None = None) -> dict:
+    """Every constructor argument of the task, defaults filled in, JSON-normalised (tuples become lists)."""
+    if task not in TASKS:
+        raise ConfigError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
+    sig = inspect.signature(TASKS[task].__init__)
+    params = {k: p.default for k, p in sig.parameters.items() if k != "self" and p.default is not inspect.Parameter.empty}
+    params.update(task_kwargs or {})
+    return json.loads(json.dumps(params, default=lambda v: np.asarray(v).tolist()))
+
+
+def _same(a, b) -> bool:
+    try:
+        return np.shape(a) == np.shape(b) and bool(np.allclose(np.asarray(a, float), np.asarray(b, float)))
+    except (TypeError, ValueError):
+        return a == b
+
+
+def check_task(path: Path, task: str, params: dict, recorded_task: str | None, recorded: dict | None) -> None:
+    """Refuse a dataset whose recorded task or task parameters differ from the environment's (see the module doc)."""
+    fix = ("point root at a dataset recorded on this task, or set data.init_args.task / task_kwargs to the task the "
+           "file records")
+    if recorded_task is not None and recorded_task != task:
+        raise DatasetFormatError(path, f"the dataset was recorded on task {recorded_task!r} but data.task is {task!r}", fix)
+    diff = [f"{k}={recorded[k]} (config: {params[k]})" for k in sorted(recorded or {})
+            if k in params and k not in EPISODE_ONLY and not _same(recorded[k], params[k])]
+    if diff:
+        raise DatasetFormatError(path, f"the dataset was recorded on {task} with " + ", ".join(diff), fix)
+
+
+def _text(v) -> str:
+    v = v[()] if hasattr(v, "shape") else v
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def d4rl_task_metadata(path: Path) -> tuple[str | None, dict | None]:
+    """(task, parameters) recorded in a D4RL-layout file's `metadata` group (the generator writes both); None where
+    the file records nothing."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        meta = f.get("metadata")
+        if meta is None or not isinstance(meta, h5py.Group):
+            return None, None
+        task = _text(meta["task"]) if "task" in meta else None
+        params = None
+        if "task_kwargs" in meta:
+            try:
+                params = json.loads(_text(meta["task_kwargs"]))
+            except ValueError as e:
+                raise DatasetFormatError(path, f"metadata/task_kwargs is not JSON ({e})",
+                                         "store the task's constructor arguments as a JSON object") from e
+    return task, params
+
+
+def minari_task_metadata(env_spec: dict) -> tuple[str | None, dict | None]:
+    """(task, parameters) from a Minari env_spec: the task is the one whose class the entry point names (another
+    environment's entry point is returned as is, so the comparison refuses it)."""
+    if not env_spec:
+        return None, None
+    entry = str(env_spec.get("entry_point") or env_spec.get("id"))
+    cls = entry.rpartition(":")[2]
+    task = next((name for name, c in TASKS.items() if entry.startswith("lit_iclr.sooper") and c.__name__ == cls), entry)
+    return task, dict(env_spec.get("kwargs") or {})
 
 KEYS = ("observations", "actions", "rewards", "costs", "next_observations", "masks", "safe")
 
@@ -55,12 +133,13 @@ class SafeOfflineData(BaseDataModule):
                  data_dir: str = "data", batch_size: int = 256, num_workers: int = 0, online_episodes: int = 30,
                  num_episodes: int = 200, behaviour_p_expert: float = 0.7, behaviour_noise: float = 0.3,
                  behaviour_p_reckless: float = 0.3, behaviour_p_spread: float = 0.5, safe_episode_cost: float = 8.0,
-                 generator_seed: int = 0):
+                 generator_seed: int = 0, data_format: Literal["auto", "d4rl", "minari"] = "auto"):
         """
         Args:
             task: `point_goal` (Safety-Gym-style hazard) or `cartpole_swingup` (RWRL slider constraint).
             task_kwargs: Keyword arguments of the task (e.g. `slider_limit`, `max_steps`).
-            root: A D4RL-format `.hdf5` file with `costs` (or a folder holding one); null generates the default.
+            root: A D4RL-format `.hdf5` file with `costs` (or a folder holding one), or a Minari dataset folder
+                (`<MINARI_DATASETS_PATH>/<dataset_id>`, costs in `infos/cost`); null generates the default.
             data_dir: Cache folder of generated datasets.
             batch_size: Transitions per gradient step (offline prior, SAC, model and cost-critic updates).
             num_workers: Unused (data are in-memory tensors); kept for the common interface.
@@ -72,8 +151,16 @@ class SafeOfflineData(BaseDataModule):
             behaviour_p_spread: Generated behaviour: fraction of episodes started from a state drawn over the workspace.
             safe_episode_cost: Episodes with at most this total cost are "safe": the prior clones only those (BC-Safe).
             generator_seed: Seed of the generated dataset.
+            data_format: `auto` (a Minari dataset is recognised by its layout, anything else is D4RL HDF5), `d4rl` or
+                `minari`.
         """
         super().__init__(root, data_dir, batch_size, num_workers)
+        if data_format not in ("auto", "d4rl", "minari"):
+            raise ConfigError(f"data.data_format must be auto, d4rl or minari, got {data_format!r}")
+        if data_format == "minari" and root is None:
+            raise ConfigError("data.data_format: minari needs data.init_args.root at a Minari dataset folder "
+                              "(<MINARI_DATASETS_PATH>/<dataset_id>); the generated default is D4RL HDF5")
+        self.data_format = data_format
         self.task, self.task_kwargs = task, dict(task_kwargs or {})
         self.online_episodes, self.num_episodes = online_episodes, num_episodes
         self.behaviour = (behaviour_p_expert, behaviour_noise, behaviour_p_reckless, behaviour_p_spread)
@@ -95,9 +182,18 @@ class SafeOfflineData(BaseDataModule):
         tag = f"{self.task}{extra}-e{self.num_episodes}-p{p:g}-n{noise:g}-r{reckless:g}-w{spread:g}-s{self.generator_seed}"
         return Path(self.data_dir) / f"{self.default_name}-{tag}-v{self.default_version}"
 
+    def _minari_dir(self) -> Path | None:
+        if self.root is None or self.data_format == "d4rl":
+            return None
+        found = minari_data_dir(self.path)
+        if found is None and self.data_format == "minari":
+            read_minari(self.path)  # raises the not-found error naming the layout
+        return found
+
     @property
     def data_file(self) -> Path:
-        return single_hdf5(self.path)
+        found = self._minari_dir()
+        return found / "main_data.hdf5" if found is not None else single_hdf5(self.path)
 
     def generate_default(self, out_dir: Path) -> None:
         from .generate import generate_safe_d4rl
@@ -109,7 +205,17 @@ class SafeOfflineData(BaseDataModule):
     def setup(self, stage: str) -> None:
         if self.transitions is not None:
             return
-        data = read_d4rl_hdf5(self.data_file, require_costs=True)
+        folder = self._minari_dir()
+        if folder is not None:
+            data, meta = read_minari(folder, require_costs=True)
+            recorded_task, recorded = minari_task_metadata(meta["env_spec"])
+        else:
+            data = read_d4rl_hdf5(self.data_file, require_costs=True)
+            recorded_task, recorded = d4rl_task_metadata(self.data_file)
+        if recorded_task is None and recorded is None:
+            warnings.warn(f"{self.data_file} records no task: only its dimensions are compared with {self.task}",
+                          stacklevel=2)
+        check_task(self.data_file, self.task, task_parameters(self.task, self.task_kwargs), recorded_task, recorded)
         if data["observations"].shape[1] != self.obs_dim or data["actions"].shape[1] != self.action_dim:
             raise DatasetFormatError(
                 self.data_file, f"observations/actions have dims {data['observations'].shape[1]}/"

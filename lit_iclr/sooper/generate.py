@@ -7,10 +7,12 @@ the prior's cost critic must see); a fraction `p_spread` of the episodes starts 
 workspace, so the cautious controller is also seen recovering (e.g. leaving the hazard). The prior clones only the
 episodes with little cost (BC-Safe).
 Layout (D4RL + DSRL's `costs`): observations, actions, rewards, costs, terminals, timeouts, next_observations;
-`metadata/*` records how the file was made.
+`metadata/*` records how the file was made, and `metadata/task` + `metadata/task_kwargs` (JSON of every constructor
+argument of the task) the task it was recorded on, which the reader compares with the configured task.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,8 @@ def generate_safe_d4rl(path: str | Path, task: str, num_episodes: int, p_expert:
         costs.append(cost)
     import h5py
 
+    from .data import task_parameters
+
     path = Path(path)
     dtypes = {"terminals": bool, "timeouts": bool}
     with h5py.File(path, "w") as f:
@@ -55,5 +59,6 @@ def generate_safe_d4rl(path: str | Path, task: str, num_episodes: int, p_expert:
         meta = f.create_group("metadata")
         meta["task"], meta["p_expert"], meta["noise"], meta["seed"], meta["p_reckless"] = task, p_expert, noise, seed, p_reckless
         meta["p_spread"] = p_spread
+        meta["task_kwargs"] = json.dumps(task_parameters(task, task_kwargs))
         meta["behaviour_return_mean"], meta["behaviour_cost_mean"] = float(np.mean(returns)), float(np.mean(costs))
     return path
