@@ -67,6 +67,36 @@ class Step:
     admissible: list[str] = field(default_factory=list)
 
 
+REMAKE = "give a real Z-machine game (e.g. detective.z5) or regenerate it with tw-make (delete the game's folder)"
+
+
+def check_story_file(path: Path) -> None:
+    """The Z-machine header (Standard 1.1, section 11) is sane and the file is as long as it says.
+
+    Byte 0 is the version (1-8); the word at 0x1A is the file length divided by 2 (v1-3), 4 (v4-5) or 8 (v6-8), 0 when
+    unknown. Frotz exits the whole process with "Story file read error" (no file named) on a shorter file."""
+    data = path.read_bytes()
+    if len(data) < 64 or data[0] not in range(1, 9):
+        raise DatasetFormatError(path, "not a Z-machine story file (bad header)", REMAKE)
+    declared = int.from_bytes(data[0x1A:0x1C], "big") * (2 if data[0] <= 3 else 4 if data[0] <= 5 else 8)
+    if declared and len(data) < declared:
+        raise DatasetFormatError(path, f"is truncated: its header says {declared} bytes, the file has {len(data)}", REMAKE)
+
+
+def check_game_json(path: Path) -> None:
+    """TextWorld's game file beside a `.z8` is a JSON object (TextWorld's own error for a broken one names no file)."""
+    try:
+        game = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DatasetFormatError(path, "TextWorld's game file is not UTF-8 text", REMAKE) from None
+    except json.JSONDecodeError as e:
+        raise DatasetFormatError(path, f"TextWorld's game file is not valid JSON (line {e.lineno}, column {e.colno}: "
+                                 f"{e.msg})", REMAKE) from None
+    missing = [k for k in ("world", "grammar", "quests") if not isinstance(game, dict) or k not in game]
+    if missing:
+        raise DatasetFormatError(path, f"TextWorld's game file lacks {', '.join(missing)}", REMAKE)
+
+
 class ZMachineGame:
     """One Z-machine game file as a J-TTL environment: `reset() -> Step`, `step(action) -> Step`.
 
@@ -83,11 +113,10 @@ class ZMachineGame:
         if self.path.suffix not in ROM_SUFFIXES:
             raise DatasetFormatError(self.path, f"not a Z-machine file (suffix {self.path.suffix!r})",
                                      f"use a game file ending in one of {ROM_SUFFIXES}")
-        head = self.path.read_bytes()[:64]
-        if len(head) < 64 or head[0] not in range(1, 9):
-            raise DatasetFormatError(self.path, "not a Z-machine story file (bad header)",
-                                     "give a real Z-machine game (e.g. detective.z5) or regenerate it with tw-make")
+        check_story_file(self.path)
         self.textworld = self.path.with_suffix(".json").exists()
+        if self.textworld:
+            check_game_json(self.path.with_suffix(".json"))
         self.seed = seed
         if self.textworld:
             import textworld

@@ -70,6 +70,36 @@ def test_bad_game_files_are_clear_errors(data_dir, tmp_path):
         ZMachineGame(lone)
 
 
+def _copy_game(data_dir, dest):
+    dest.mkdir()
+    for suffix in (".z8", ".json"):
+        (dest / f"tiny{suffix}").write_bytes((data_dir / "evotest-games-v1" / "tiny" / f"tiny{suffix}").read_bytes())
+    return dest / "tiny.z8"
+
+
+def test_a_truncated_story_file_is_one_line_naming_it(data_dir, tmp_path):
+    """Frotz exited the whole process with "Story file read error" (no file named) on a cut .z8."""
+    z8 = _copy_game(data_dir, tmp_path / "cut")
+    data = z8.read_bytes()
+    declared = int.from_bytes(data[0x1A:0x1C], "big") * 8  # Z-machine v8: file length / 8 at 0x1A (Standard 11.1.6)
+    assert data[0] == 8 and len(data) // 2 < declared <= len(data)  # the real file holds what its header says (+ padding)
+    z8.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DatasetFormatError, match=f"is truncated: its header says {declared} bytes, the file has "
+                                                 f"{len(data) // 2}") as e:
+        ZMachineGame(z8)
+    assert str(e.value).startswith(str(z8))
+
+
+@pytest.mark.parametrize("text, problem", [("{not json", "not valid JSON \\(line 1, column 2"),
+                                           ('{"world": []}', "lacks grammar, quests"), ("[1, 2]", "lacks world")])
+def test_a_broken_textworld_game_json_is_one_line_naming_it(data_dir, tmp_path, text, problem):
+    z8 = _copy_game(data_dir, tmp_path / "broken")
+    z8.with_suffix(".json").write_text(text)
+    with pytest.raises(DatasetFormatError, match=problem) as e:
+        ZMachineGame(z8)
+    assert str(e.value).startswith(str(z8.with_suffix(".json")))
+
+
 def test_real_configs_parse(capsys):
     out = print_config("configs/evotest.yaml", capsys)
     assert "lit_iclr.evotest.EvoTest" in out and "JTTLGames" in out and "exploration_constant: 1.0" in out
