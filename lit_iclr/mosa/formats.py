@@ -1,5 +1,6 @@
-"""Readers and writers of the field's formats: HumanML3D motion (`new_joints/<id>.npy`, `texts/<id>.txt`, split files)
-and human videos (`<id>.mp4` through PyAV with a `<id>.npz` of per-frame 2-D keypoints, cameras and dense tracks).
+"""Readers and writers of the field's formats: HumanML3D motion (`new_joints/<id>.npy`, `new_joint_vecs/<id>.npy` with
+`Mean.npy`/`Std.npy`, `texts/<id>.txt`, split files) and human videos (`<id>.mp4` through PyAV with a `<id>.npz` of
+per-frame 2-D keypoints, cameras and dense tracks).
 
 Every reader checks what it reads and raises `DatasetFormatError(path, problem, fix)` instead of training on bad data.
 """
@@ -14,6 +15,8 @@ from lit_iclr.core import DatasetFormatError, DatasetNotFoundError
 
 from .skeleton import NUM_JOINTS
 
+VEC_DIM = 263  # HumanML3D's motion features: root (4), ric (63), rot (126), local velocity (66), foot contacts (4)
+FPS = 20  # HumanML3D's frame rate: caption start/end seconds * 20 are motion frames (text-to-motion's crop)
 VIDEO_KEYS = ("keypoints2d", "depth", "K", "extrinsics", "tracks", "track_visible")
 POS = {"a": "DET", "the": "DET", "with": "ADP", "to": "ADP", "from": "ADP", "toward": "ADP", "away": "ADV",
        "slowly": "ADV", "quickly": "ADV", "around": "ADV", "up": "ADV", "both": "DET"}
@@ -22,7 +25,8 @@ POS = {"a": "DET", "the": "DET", "with": "ADP", "to": "ADP", "from": "ADP", "tow
 def read_joints(path: Path, min_frames: int = 1) -> np.ndarray:
     """`new_joints/<id>.npy`: float (T, 22, 3) joint positions in metres, finite, at least `min_frames` long."""
     if not path.exists():
-        raise DatasetNotFoundError(path, "motion file missing", "every id of the split files needs new_joints/<id>.npy")
+        raise DatasetNotFoundError(path, "motion file missing",
+                                   "every id of the split files needs new_joints/<id>.npy (HumanML3D's layout)")
     try:
         j = np.load(path, allow_pickle=False)
     except ValueError as e:
@@ -37,8 +41,52 @@ def read_joints(path: Path, min_frames: int = 1) -> np.ndarray:
     return j.astype(np.float32)
 
 
+def read_joint_vecs(path: Path, n_frames: int) -> np.ndarray:
+    """`new_joint_vecs/<id>.npy`: float (T, 263) features of the same T frames as new_joints (HumanML3D writes both from
+    one pass), finite; the last 4 dims are its foot contacts (left ankle, left foot, right ankle, right foot)."""
+    try:
+        v = np.load(path, allow_pickle=False)
+    except ValueError as e:
+        raise DatasetFormatError(path, f"not a plain .npy array ({e})", "re-run HumanML3D's motion_representation step") from None
+    if v.ndim != 2 or v.shape[1] != VEC_DIM:
+        raise DatasetFormatError(path, f"feature array has shape {v.shape}, expected (T, {VEC_DIM})",
+                                 "use HumanML3D's new_joint_vecs (263-d features), not new_joints")
+    if len(v) != n_frames:
+        raise DatasetFormatError(path, f"{len(v)} frames but new_joints has {n_frames}",
+                                 "use new_joints and new_joint_vecs of the same HumanML3D release")
+    if not np.isfinite(v).all():
+        raise DatasetFormatError(path, "feature array holds NaN or inf", "re-run HumanML3D's motion_representation step")
+    return v.astype(np.float32)
+
+
+def read_mean_std(root: Path) -> tuple[np.ndarray, np.ndarray]:
+    """HumanML3D's `Mean.npy` / `Std.npy` (263,) of new_joint_vecs; Std must be > 0 (features are divided by it)."""
+    out = []
+    for name in ("Mean.npy", "Std.npy"):
+        path = root / name
+        if not path.exists():
+            raise DatasetNotFoundError(path, f"{name} missing", "copy HumanML3D's Mean.npy and Std.npy next to new_joint_vecs/")
+        a = np.load(path, allow_pickle=False)
+        if a.shape != (VEC_DIM,) or not np.isfinite(a).all():
+            raise DatasetFormatError(path, f"shape {a.shape} or non-finite values, expected ({VEC_DIM},) finite",
+                                     "use HumanML3D's own Mean.npy / Std.npy")
+        out.append(a.astype(np.float32))
+    if (out[1] <= 0).any():
+        raise DatasetFormatError(root / "Std.npy", f"{int((out[1] <= 0).sum())} dims have Std <= 0",
+                                 "use HumanML3D's own Std.npy (every dim > 0)")
+    return out[0], out[1]
+
+
+def caption_frames(start: float, end: float, n_frames: int) -> tuple[int, int]:
+    """Motion frames [a, b) of a caption line: the whole clip for 0#0, else int(start * 20) : int(end * 20) clipped to
+    the motion (text-to-motion's crop; HumanML3D's texts also hold `nan` times, read as 0)."""
+    if start == 0.0 and end == 0.0:
+        return 0, n_frames
+    return min(int(start * FPS), n_frames), min(int(end * FPS), n_frames)
+
+
 def read_texts(path: Path) -> list[tuple[str, list[str], float, float]]:
-    """`texts/<id>.txt`: lines `caption#word/POS ...#start#end` (seconds; 0#0 means the whole clip)."""
+    """`texts/<id>.txt`: lines `caption#word/POS ...#start#end` (seconds; 0#0 means the whole clip; nan reads as 0)."""
     if not path.exists():
         raise DatasetNotFoundError(path, "caption file missing", "every id of the split files needs texts/<id>.txt")
     out = []
@@ -54,6 +102,7 @@ def read_texts(path: Path) -> list[tuple[str, list[str], float, float]]:
         except ValueError:
             raise DatasetFormatError(path, f"line {n}: start/end {parts[2]!r}, {parts[3]!r} are not numbers",
                                      "use seconds, 0.0#0.0 for the whole clip") from None
+        start, end = (0.0 if np.isnan(x) else x for x in (start, end))  # as text-to-motion's loader
         out.append((parts[0].strip(), parts[1].split(), start, end))
     if not out:
         raise DatasetFormatError(path, "no caption lines", "write at least one caption#tokens#start#end line")
@@ -99,7 +148,8 @@ def read_mp4(path: Path) -> np.ndarray:
     import av
 
     if not path.exists():
-        raise DatasetNotFoundError(path, "video missing", "every clip id needs videos/<id>.mp4 (or drop the videos/ folder)")
+        raise DatasetNotFoundError(path, "video missing", "every clip id needs videos/<id>.mp4 and videos/<id>.npz; without "
+                                   "a videos/ folder the root is read as HumanML3D alone (the structure stage)")
     try:
         with av.open(str(path)) as container:
             frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]

@@ -3,7 +3,9 @@
 One code path, four switches: `structure` (3d: MoSA; 2d: skeleton-first; none: direct text-to-video), `control` (hadc or
 plain `concat`), `lambda_track` (0: without the dense-tracking loss) and `lambda_contact` (0: without the contact loss).
 Both stages train together: the structure transformer on the captions' motions, the video DiT on the ground-truth
-structure (teacher forcing, as a pose-conditioned video model is trained); sampling chains them.
+structure (teacher forcing, as a pose-conditioned video model is trained); sampling chains them. On motion data without
+videos (HumanML3D alone, `video_stage: false`, linked from the data) only the structure stage is built and trained,
+and validation / test report its losses and the foot penetration and skating of sampled structures.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class MoSA(BaseModule):
         video_steps: int = 10,
         structure_steps: int = 10,
         log_videos: int = 4,
+        video_stage: bool = True,
         optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=1e-3),
     ):
         """
@@ -68,12 +71,17 @@ class MoSA(BaseModule):
             video_steps: Euler steps when sampling videos.
             structure_steps: Euler steps when sampling structures.
             log_videos: Validation prompts sampled and logged (figure + mp4) each validation (0: none).
+            video_stage: Build and train the video DiT (linked from the data: false for motion without videos, where
+                only the 3-D structure stage trains).
             optimizer: Optimizer factory.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
         if structure == "none" and control != "hadc":
             raise ConfigError("model.control is only used with a structure; keep control: hadc with structure: none")
+        if not video_stage and structure != "3d":
+            raise ConfigError(f"motion data without videos trains the 3-D structure stage only; model.structure is "
+                              f"{structure!r}: set model.init_args.structure: 3d, or give the data a videos/ folder")
         if image_size % patch:
             raise ConfigError(f"model.patch {patch} must divide image_size {image_size}")
         self.optimizer = optimizer
@@ -83,8 +91,10 @@ class MoSA(BaseModule):
         if structure != "none":
             self.structure_net = StructureTransformer(vocab_size, num_frames, coords=3 if structure == "3d" else 2,
                                                       dim=structure_dim, layers=structure_layers, heads=heads)
-        self.video_net = VideoDiT(vocab_size, num_frames, image_size, control if structure != "none" else "none",
-                                  self.channels, dim, depth, heads, patch, spread_steps, region_dilate)
+        self.video_net = None
+        if video_stage:
+            self.video_net = VideoDiT(vocab_size, num_frames, image_size, control if structure != "none" else "none",
+                                      self.channels, dim, depth, heads, patch, spread_steps, region_dilate)
 
     # ----- structure <-> maps
     def structure_target(self, batch: dict) -> torch.Tensor:
@@ -130,7 +140,7 @@ class MoSA(BaseModule):
         return sum(w[k] * v for k, v in parts.items())
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        parts = self.video_loss(batch)
+        parts = self.video_loss(batch) if self.video_net is not None else {}
         if self.structure_net is not None:
             parts |= self.structure_loss(batch)
         loss = self.total(parts)
@@ -157,17 +167,34 @@ class MoSA(BaseModule):
         out["video"] = video.clamp(-1, 1)
         return out
 
-    # ----- validation
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        g = torch.Generator(device=batch["video"].device).manual_seed(1000 + batch_idx)  # same noise every validation
-        parts = self.video_loss(batch, g)
+    @torch.no_grad()
+    def sample_structure(self, batch: dict, generator: torch.Generator | None = None) -> torch.Tensor:
+        net, ids, mask = self.structure_net, batch["text_ids"], batch["text_mask"]
+        return euler_sample(x0_velocity(lambda x, t: net(x, t, ids, mask)), (len(ids), *net.shape),
+                            self.hparams.structure_steps, generator, ids.device)
+
+    # ----- validation / test
+    def evaluate(self, batch: dict, batch_idx: int, stage: str) -> None:
+        n = len(batch["text_ids"])
+        parts = {}
+        if self.video_net is not None:
+            g = torch.Generator(device=batch["video"].device).manual_seed(1000 + batch_idx)  # same noise every time
+            parts = self.video_loss(batch, g)
         if self.structure_net is not None:
-            parts |= self.structure_loss(batch)
-        n = len(batch["video"])
-        self.log("val/loss", self.total(parts), batch_size=n, prog_bar=True)
+            with torch.random.fork_rng(devices=[]):  # the structure loss draws t and noise: same ones every validation
+                torch.manual_seed(2000 + batch_idx)
+                parts |= self.structure_loss(batch)
+        self.log(f"{stage}/loss", self.total(parts), batch_size=n, prog_bar=stage == "val")
         for k, v in parts.items():
-            self.log(f"val/{k}", v, batch_size=n)
-        if batch_idx == 0 and self.hparams.log_videos > 0 and not self.trainer.sanity_checking:
+            self.log(f"{stage}/{k}", v, batch_size=n)
+        if self.video_net is None:  # the structure stage alone: physical plausibility of sampled structures
+            if batch_idx == 0 and not self.trainer.sanity_checking:
+                plan = self.sample_structure(batch, torch.Generator(device=batch["text_ids"].device).manual_seed(0))
+                self.log(f"{stage}/plan_penetration_cm", foot_penetration(plan), batch_size=n)
+                self.log(f"{stage}/plan_skating_cm", foot_skating(plan), batch_size=n)
+                self.log(f"{stage}/data_skating_cm", foot_skating(batch["joints3d"]), batch_size=n)
+            return
+        if stage == "val" and batch_idx == 0 and self.hparams.log_videos > 0 and not self.trainer.sanity_checking:
             k = min(self.hparams.log_videos, n)
             small = {key: v[:k] for key, v in batch.items()}
             out = self.generate(small, torch.Generator(device=batch["video"].device).manual_seed(0))
@@ -175,6 +202,12 @@ class MoSA(BaseModule):
                 self.log("val/plan_penetration_cm", foot_penetration(out["plan"]), batch_size=k)
                 self.log("val/plan_skating_cm", foot_skating(out["plan"]), batch_size=k)
             self.log_samples(out["video"], small["video"])
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.evaluate(batch, batch_idx, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self.evaluate(batch, batch_idx, "test")
 
     def log_samples(self, video: torch.Tensor, real: torch.Tensor) -> None:
         from .plots import frames_figure, write_video_grid
@@ -185,7 +218,7 @@ class MoSA(BaseModule):
             write_video_grid(Path(log_dir) / "videos" / f"val_step{self.global_step}.mp4", video)
 
     def summary_metrics(self):
-        return ("{stage}/loss", "{stage}/fm", "{stage}/track", "{stage}/plan_*")
+        return ("{stage}/loss", "{stage}/fm", "{stage}/track", "{stage}/struct_mse", "{stage}/plan_*")
 
     def configure_optimizers(self):
         return self.optimizer(self.parameters())
