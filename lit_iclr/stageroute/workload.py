@@ -85,6 +85,14 @@ def read_long_table(path: str | Path) -> tuple[list[str], np.ndarray, np.ndarray
         _fail(path, "the table is empty", "give at least one query")
     if df.duplicated(["query_id", "model"]).any():
         _fail(path, "duplicate (query_id, model) rows", "keep one row per query and model")
+    for col in ("quality", "cost"):  # a NaN in a row is a missing value, not a missing row: name the row
+        bad = ~np.isfinite(pd.to_numeric(df[col], errors="coerce").to_numpy(float))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            where = f"line {i + 2}, " if path.suffix != ".parquet" else f"row {i}, "
+            _fail(path, f"{int(bad.sum())} rows with a missing (NaN), non-numeric or infinite {col} (first: {where}"
+                  f"query_id {df['query_id'].iloc[i]!r}, model {df['model'].iloc[i]!r}, {col} {df[col].iloc[i]!r})",
+                  f"give every (query, model) row a finite {col}")
     models = sorted(df["model"].astype(str).unique())
     wide_q = df.pivot(index="query_id", columns="model", values="quality").reindex(columns=models)
     wide_c = df.pivot(index="query_id", columns="model", values="cost").reindex(columns=models)

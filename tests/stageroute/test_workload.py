@@ -93,3 +93,15 @@ def test_bad_model_table(tmp_path, edit, message):
     edit(pd.read_csv(tmp_path / "models.csv")).to_csv(tmp_path / "models.csv", index=False)
     with pytest.raises(DatasetFormatError, match=message):
         read_workload(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["", "nan", "inf", "n/a?"])
+def test_a_nan_quality_names_the_row_not_a_missing_row(tmp_path, value):
+    """A row whose quality is NaN was reported as "some queries lack a row for some model"."""
+    (tmp_path / "quality.csv").write_text("query_id,model,quality,cost\n"
+                                          "q0,a,1.0,0.1\nq0,b,0.0,0.2\n"
+                                          f"q1,a,{value},0.1\nq1,b,1.0,0.2\n")
+    with pytest.raises(DatasetFormatError, match=r"1 rows with a missing \(NaN\), non-numeric or infinite quality "
+                                                 r"\(first: line 4, query_id 'q1', model 'a'") as e:
+        read_workload(tmp_path)
+    assert "lack a row" not in str(e.value) and str(e.value).startswith(str(tmp_path / "quality.csv"))
