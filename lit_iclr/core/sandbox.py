@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any
 
 SAFE_BUILTINS = (
@@ -154,11 +155,13 @@ def _plan() -> dict:
     for i, plan in enumerate(candidates):
         plan = {**plan, "off": dict(off)}
         if i == len(candidates) - 1:
+            _warn_off(plan)
             return plan
         reason = "trial run gave a wrong answer"
         try:
             with SandboxedFunction("def f(x):\n    return x\n", "f", timeout_s=20, _plan=plan) as fn:
                 if fn("ok") == "ok":
+                    _warn_off(plan)
                     return plan
         except SandboxError as e:
             reason = f"trial run failed: {e}"
@@ -169,6 +172,12 @@ def _plan() -> dict:
         else:
             off["chroot"] = off["unprivileged_user"] = reason
     raise AssertionError("unreachable")
+
+
+def _warn_off(plan: dict) -> None:
+    if plan["off"]:
+        warnings.warn("sandbox: model-written code runs with these layers off: "
+                      + "; ".join(f"{k} ({v})" for k, v in plan["off"].items()), RuntimeWarning, stacklevel=3)
 
 
 def sandbox_layers() -> dict[str, str]:
