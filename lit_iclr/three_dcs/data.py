@@ -42,7 +42,9 @@ class QM9Conformers(BaseDataModule):
                  num_molecules: int = 600, subset_seed: int = 0, target: Literal["U0", "gap", "mmff"] = "U0",
                  val_fraction: float = 0.1, split_seed: int = 0, benchmark_root: str | None = None,
                  benchmark_rotation: int = 16, benchmark_chirality: int = 12, benchmark_traj: int = 10,
-                 benchmark_traj_frames: int = 150, benchmark_seed: int = 0):
+                 benchmark_traj_frames: int = 150, benchmark_seed: int = 0, benchmark_rmd17: str | None = None,
+                 benchmark_rmd17_molecules: list[str] | None = None, benchmark_rmd17_split: str | None = None,
+                 benchmark_rmd17_frames: int | None = 1000):
         """
         Args:
             root: A qm9pack-format CSV of QM9 (or a folder of them); null: a seeded sample of the QM9 copy inside the
@@ -57,13 +59,18 @@ class QM9Conformers(BaseDataModule):
                 RDKit conformers of num_molecules/4 QM9 molecules above their relaxed geometry, eV; extensive).
             val_fraction: Share of molecules held out for validation.
             split_seed: Seed of the train/validation split.
-            benchmark_root: 3DCS folder (rotation/, chirality/, traj_frames/, traj_energies/ parquet rows); null: the
-                RDKit-generated default in `data_dir`.
+            benchmark_root: 3DCS folder (rotation/, chirality/, traj_frames/ + traj_energies/ parquet rows, or only
+                some of them: the axes it has are scored); null: the RDKit-generated default in `data_dir`.
             benchmark_rotation: Torsion-scan molecules of the generated default.
             benchmark_chirality: Stereoisomer parent molecules of the generated default.
             benchmark_traj: MMFF trajectories (rMD17 molecules) of the generated default.
             benchmark_traj_frames: Frames per generated trajectory (8 MD steps of 0.5 fs apart).
             benchmark_seed: Seed of the generated default.
+            benchmark_rmd17: rMD17 folder (`rmd17/` with `npz_data/rmd17_<molecule>.npz` and `splits/`) or one npz:
+                the energy axis is scored on its DFT trajectories instead of the `traj_*` configs; null: not used.
+            benchmark_rmd17_molecules: rMD17 molecules to read (null: every npz found).
+            benchmark_rmd17_split: Frames of `splits/index_<split>.csv` (e.g. `test_01`); null: the npz's frame order.
+            benchmark_rmd17_frames: First this many frames per molecule (of the split); null: all (100k per molecule).
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         if target not in TARGETS:
@@ -73,6 +80,8 @@ class QM9Conformers(BaseDataModule):
         self.benchmark_root = benchmark_root
         self.bench_sizes = dict(n_rotation=benchmark_rotation, n_chirality=benchmark_chirality, n_traj=benchmark_traj,
                                 traj_frames=benchmark_traj_frames, seed=benchmark_seed)
+        self.rmd17 = dict(rmd17=benchmark_rmd17, rmd17_molecules=benchmark_rmd17_molecules,
+                          rmd17_split=benchmark_rmd17_split, rmd17_frames=benchmark_rmd17_frames)
         self.extensive = TARGETS[target][1]
         self.splits: dict[str, MoleculeSet] = {}
         self.benchmark = None
@@ -130,7 +139,7 @@ class QM9Conformers(BaseDataModule):
         self.splits = {k: MoleculeSet(Z[v], P[v], ys[v]) for k, v in idx.items()}
         from .evaluate import Benchmark
 
-        self.benchmark = Benchmark.load(self.benchmark_path)
+        self.benchmark = Benchmark.load(self.benchmark_path, **self.rmd17, arg="benchmark_root")
 
     def train_dataloader(self):
         return ResumableDataLoader(self.splits["train"], batch_size=self.batch_size, shuffle=True,
@@ -141,5 +150,6 @@ class QM9Conformers(BaseDataModule):
 
     def describe(self) -> str:
         sizes = ", ".join(f"{k} {len(v)}" for k, v in self.splits.items())
+        rmd17 = f"; energy axis on rMD17 at {self.rmd17['rmd17']}" if self.rmd17["rmd17"] else ""
         return (f"QM9 (qm9pack CSV) at {self.path} ({sizes}), target {self.target}; 3DCS benchmark rows at "
-                f"{self.benchmark_path}.")
+                f"{self.benchmark_path}{rmd17}.")

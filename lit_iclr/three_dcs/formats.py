@@ -4,8 +4,11 @@
   offset, mol_blocks, torsion_deg), `chirality` (key `<mol_id>::en<k>_<CIP>`, mol_id, en_id, n_conformers, offset,
   mol_blocks), `traj_frames` (mol_type, frame_idx, mol_block) and `traj_energies` (mol_type, n_frames, float64
   energies in kcal/mol).
-- rMD17 npz (`coords` (F, A, 3) in Angstrom, `energies` (F,) kcal/mol, `nuclear_charges` (A,), `forces`,
-  `old_indices`).
+- rMD17 (figshare 12672038): `rmd17/npz_data/rmd17_<molecule>.npz` with `nuclear_charges` (A,), `coords` (F, A, 3)
+  in Angstrom, `energies` (F,) kcal/mol, `forces` (F, A, 3) kcal/mol/Angstrom, `old_indices` / `old_energies` /
+  `old_forces` (the MD17 frames they recompute); `rmd17/splits/index_{train,test}_0<k>.csv`, one frame index per line
+  (0-based rows of the npz). The frames are a subsample, not in simulation-time order: the energy axis is scored with
+  `time_ordered=False` on them.
 - Embeddings: one npz per dataset, array `embeddings` with one row per conformer in dataset row order (bool arrays are
   bit fingerprints, scored with the Tanimoto distance).
 
@@ -36,13 +39,19 @@ class Group:
     extra: dict = field(default_factory=dict)
 
 
-def parquet_files(root: Path, config: str) -> list[Path]:
+def parquet_files(root: Path, config: str, arg: str = "benchmark_root") -> list[Path]:
+    """The parquet files of one config; `arg` is the setting that names the folder (in the fix of the error)."""
     files = sorted((Path(root) / config).glob("*.parquet"))
     if not files:
         raise DatasetNotFoundError(Path(root) / config, f"no parquet files of the 3DCS `{config}` config",
-                                   f"point `root` at a folder holding {config}/*.parquet (EscheWang/3dcs layout) or "
+                                   f"point `{arg}` at a folder holding {config}/*.parquet (EscheWang/3dcs layout) or "
                                    "set it to null for the generated default")
     return files
+
+
+def present_configs(root: Path) -> set[str]:
+    """The configs of a (possibly partial) 3DCS download that have parquet files in `root`."""
+    return {c for c in CONFIGS if any((Path(root) / c).glob("*.parquet"))}
 
 
 def write_parquet(rows: list[dict], path: Path, schema) -> None:
@@ -67,11 +76,11 @@ def schemas() -> dict:
     }
 
 
-def read_rows(root: Path, config: str, columns: list[str]) -> tuple[list[dict], Path]:
+def read_rows(root: Path, config: str, columns: list[str], arg: str = "benchmark_root") -> tuple[list[dict], Path]:
     import pyarrow.parquet as pq
 
     rows, path = [], None
-    for path in parquet_files(root, config):
+    for path in parquet_files(root, config, arg):
         try:
             table = pq.read_table(path)
         except Exception as e:  # pyarrow raises several types for a damaged file
@@ -106,9 +115,9 @@ def _check_counts(path: Path, key: str, n_conf, blocks, offset, expected_offset)
                                        f"({expected_offset})", "recompute offsets as the cumulative conformer count")
 
 
-def read_rotation(root: Path) -> list[Group]:
+def read_rotation(root: Path, arg: str = "benchmark_root") -> list[Group]:
     """Torsion-scan molecules; `offset` restarts at 0 in every shard (embedding rows follow the dataset row order)."""
-    rows, path = read_rows(root, "rotation", ["key", "shard", "n_conformers", "offset", "mol_blocks", "torsion_deg"])
+    rows, path = read_rows(root, "rotation", ["key", "shard", "n_conformers", "offset", "mol_blocks", "torsion_deg"], arg)
     groups, start, shard_offsets = [], 0, {}
     for r in rows:
         n = int(r["n_conformers"])
@@ -123,9 +132,9 @@ def read_rotation(root: Path) -> list[Group]:
     return groups
 
 
-def read_chirality(root: Path) -> list[Group]:
+def read_chirality(root: Path, arg: str = "benchmark_root") -> list[Group]:
     """Stereoisomer rows pooled per parent molecule (`mol_id`); labels are `en_id` per conformer."""
-    rows, path = read_rows(root, "chirality", ["key", "mol_id", "en_id", "n_conformers", "offset", "mol_blocks"])
+    rows, path = read_rows(root, "chirality", ["key", "mol_id", "en_id", "n_conformers", "offset", "mol_blocks"], arg)
     by_mol: dict[str, Group] = {}
     start = 0
     keys = set()
@@ -151,10 +160,10 @@ def read_chirality(root: Path) -> list[Group]:
     return list(by_mol.values())
 
 
-def read_traj(root: Path) -> list[Group]:
+def read_traj(root: Path, arg: str = "benchmark_root") -> list[Group]:
     """Trajectories: frames (MolBlocks, by `frame_idx`) and float64 energies per `mol_type`."""
-    frames, fpath = read_rows(root, "traj_frames", ["mol_type", "frame_idx", "mol_block"])
-    energies, epath = read_rows(root, "traj_energies", ["mol_type", "n_frames", "energies"])
+    frames, fpath = read_rows(root, "traj_frames", ["mol_type", "frame_idx", "mol_block"], arg)
+    energies, epath = read_rows(root, "traj_energies", ["mol_type", "n_frames", "energies"], arg)
     by_type: dict[str, list] = {}
     for r in frames:
         by_type.setdefault(r["mol_type"], []).append(r)
@@ -204,7 +213,102 @@ def read_rmd17_npz(path: Path) -> dict[str, np.ndarray]:
                                  "coords must be (frames, atoms, 3) with one energy per frame and one charge per atom")
     if not (np.isfinite(c).all() and np.isfinite(e).all()):
         raise DatasetFormatError(path, "non-finite coordinates or energies", "remove the broken frames")
+    if not np.issubdtype(z.dtype, np.integer) or (z < 1).any() or (z > 118).any():
+        raise DatasetFormatError(path, f"nuclear_charges {z.tolist()[:8]} are not atomic numbers",
+                                 "store the atomic number (int) of every atom")
+    if "forces" in data and data["forces"].shape != c.shape:
+        raise DatasetFormatError(path, f"forces {data['forces'].shape} do not match coords {c.shape}",
+                                 "store one force vector per atom and frame, or drop `forces`")
     return data
+
+
+def read_rmd17_split(path: Path, n_frames: int) -> np.ndarray:
+    """Frame indices of an rMD17 split file (`splits/index_{train,test}_0<k>.csv`: one 0-based index per line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetNotFoundError(path, "rMD17 split file not found",
+                                   "name a split of rmd17/splits/ (e.g. test_01 for index_test_01.csv)")
+    try:
+        raw = np.loadtxt(path, dtype=np.float64, ndmin=1, delimiter=",", usecols=0)  # "12" or "1.2e+01"
+    except ValueError as e:
+        raise DatasetFormatError(path, f"not one integer index per line ({e})",
+                                 "rMD17 split files hold one frame index per line") from None
+    if not np.all(np.isfinite(raw) & (raw == np.round(raw))):
+        raise DatasetFormatError(path, "indices that are not integers", "rMD17 split files hold one frame index per line")
+    idx = raw.astype(np.int64)
+    if idx.size == 0:
+        raise DatasetFormatError(path, "no indices", "rMD17 split files hold one frame index per line")
+    if idx.min() < 0 or idx.max() >= n_frames:
+        raise DatasetFormatError(path, f"indices span {idx.min()}..{idx.max()} but the npz has {n_frames} frames",
+                                 "use the split files of the same rMD17 release (0-based rows of the npz)")
+    return idx
+
+
+def rmd17_npz_files(path: Path, molecules: list[str] | None = None) -> list[Path]:
+    """`rmd17_<molecule>.npz` files of an rMD17 folder (`rmd17/`, its `npz_data/`) or the one file `path`."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return [path]
+    folder = path / "npz_data" if (path / "npz_data").is_dir() else path
+    files = {f.stem.removeprefix("rmd17_"): f for f in sorted(folder.glob("rmd17_*.npz"))}
+    if molecules:
+        missing = [m for m in molecules if m not in files]
+        if missing:
+            raise DatasetNotFoundError(folder, f"no rmd17_<molecule>.npz for {missing} (found {sorted(files)})",
+                                       "name molecules of the rMD17 release (aspirin, azobenzene, benzene, ethanol, "
+                                       "malonaldehyde, naphthalene, paracetamol, salicylic, toluene, uracil)")
+        return [files[m] for m in molecules]
+    if not files:
+        raise DatasetNotFoundError(path, "no rmd17_<molecule>.npz here or in npz_data/",
+                                   "point `benchmark_rmd17` (evaluate: --rmd17) at the rmd17/ folder of the release")
+    return list(files.values())
+
+
+def frame_mol(z: np.ndarray, xyz: np.ndarray):
+    """RDKit Mol of one rMD17 frame: the atoms at their coordinates, bonds inferred from the distances (rMD17 stores no
+    bonds; `rdDetermineBonds.DetermineConnectivity`), not sanitised."""
+    from rdkit import Chem
+    from rdkit.Chem import rdDetermineBonds
+    from rdkit.Geometry import Point3D
+
+    m = Chem.RWMol()
+    for a in z.tolist():
+        m.AddAtom(Chem.Atom(int(a)))
+    conf = Chem.Conformer(len(z))
+    for i, p in enumerate(xyz):
+        conf.SetAtomPosition(i, Point3D(*map(float, p)))
+    m.AddConformer(conf, assignId=True)
+    mol = m.GetMol()
+    try:
+        rdDetermineBonds.DetermineConnectivity(mol)
+    except Exception:  # noqa: BLE001 - connectivity only helps bond-based fingerprints; coordinates are what is scored
+        pass
+    mol.UpdatePropertyCache(strict=False)
+    return mol
+
+
+def read_rmd17(path: Path, molecules: list[str] | None = None, split: str | None = None,
+               max_frames: int | None = None, start_row: int = 0) -> list[Group]:
+    """Energy-axis groups of rMD17: one trajectory per molecule, its frames (in split order when `split`, e.g.
+    `test_01` for `splits/index_test_01.csv`, else in file order; the first `max_frames`) and float64 energies."""
+    groups, start = [], start_row
+    for f in rmd17_npz_files(path, molecules):
+        data = read_rmd17_npz(f)
+        idx = np.arange(len(data["energies"]))
+        if split:
+            base = Path(path).expanduser()
+            root = base.parent if base.is_file() else base
+            root = root.parent if root.name == "npz_data" else root
+            idx = read_rmd17_split(root / "splits" / f"index_{split}.csv", len(idx))
+        if max_frames:
+            idx = idx[:max_frames]
+        z = data["nuclear_charges"]
+        mols = [frame_mol(z, data["coords"][i]) for i in idx]
+        name = f.stem.removeprefix("rmd17_")
+        groups.append(Group(name, mols, slice(start, start + len(idx)), energies=data["energies"][idx].astype(np.float64),
+                            extra={"time_ordered": False, "frames": idx}))
+        start += len(idx)
+    return groups
 
 
 def write_embeddings(path: Path, embeddings: np.ndarray) -> None:

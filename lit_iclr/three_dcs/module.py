@@ -95,6 +95,8 @@ class ConformerEncoder(BaseModule):
         for axis, metric in (("geometry", "A1_spearman"), ("geometry", "G_cka_rbf"), ("geometry", "torsion_sp"),
                              ("chirality", "ES_AUC"), ("enantiomers", "ES_AUC"), ("energy", "spearman"),
                              ("energy", "ROC_AUC")):
+            if metric not in res.get(axis, {}):  # a partial benchmark (e.g. only chirality/) has fewer axes
+                continue
             mean = res[axis][metric][0]
             if np.isfinite(mean):
                 self.log(f"gce/{axis}_{metric}", float(mean))
