@@ -30,6 +30,24 @@ from .model import build_moe_lm
 from .prune import METHODS, PruneReport, drop_experts, prune_model
 from .scores import AVERAGING, check_ratio
 
+TOPIC_MIN_DOC_TOKENS = 8  # core.corpus.TopicChoiceDataset refuses fewer document tokens after the topic line
+
+
+def check_topic_room(dm) -> None:
+    """The zero-shot topic evaluation puts "Topic: <name>" before every document, in `seq_len` tokens: refuse at the
+    start a `seq_len` that leaves no room for a document (it failed only after training, in `on_fit_end`)."""
+    from lit_iclr.core.corpus import encode_batch, topic_line
+
+    names = dm.topic_names
+    lengths = [len(ids) for ids in encode_batch(dm.tokenizer, [topic_line(t) for t in names])]
+    i = max(range(len(names)), key=lengths.__getitem__)
+    need = 1 + lengths[i] + TOPIC_MIN_DOC_TOKENS  # EOS + the longest topic line + a document
+    if dm.seq_len < need:
+        raise ConfigError(f"data.init_args.seq_len={dm.seq_len} leaves no room for a document in the zero-shot topic "
+                          f"evaluation: the longest topic line ({names[i]!r}, {lengths[i]} tokens) needs seq_len >= {need} "
+                          f"(EOS + topic line + {TOPIC_MIN_DOC_TOKENS} document tokens); raise seq_len or set "
+                          "model.init_args.topic_eval: false")
+
 
 class HEAPrLM(BaseModule):
     def __init__(self, vocab_size: int = 2048, arch: str = "qwen2_moe", hidden_size: int = 128, num_layers: int = 4,
@@ -98,6 +116,11 @@ class HEAPrLM(BaseModule):
             raise ConfigError(f"unknown prune_method {h.prune_method!r}; choose from {', '.join(METHODS)}")
         if h.averaging not in AVERAGING:
             raise ConfigError(f"averaging must be one of {AVERAGING}, got {h.averaging!r}")
+        dm = self._trainer.datamodule if self._trainer is not None else None
+        topic_eval_runs = stage == "test" or (stage == "fit" and h.prune_at_fit_end and h.prune_ratio > 0)
+        if h.topic_eval and topic_eval_runs and hasattr(dm, "topic_choice_dataloader"):
+            check_topic_room(dm)
+
 
     def configure_model(self) -> None:
         """Build (or load) the Hugging Face model here, so FSDP can shard it as it is created."""

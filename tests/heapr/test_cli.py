@@ -73,3 +73,25 @@ def test_test_subcommand_prunes_a_dense_checkpoint(tmp_path):
           str(tmp_path / "run" / "checkpoints" / "last.ckpt")])
     metrics = (tmp_path / "t" / "metrics.csv").read_text()
     assert "test/achieved_ratio" in metrics and "0.25" in metrics
+
+
+def test_a_seq_len_without_room_for_the_topic_evaluation_is_refused_before_training(tmp_path, capsys):
+    """The zero-shot topic evaluation after pruning needs EOS + "Topic: <name>" + 8 document tokens in seq_len: with
+    less, the run trained and then failed in on_fit_end ("seq_len=... leaves no room"); now it is refused at the start."""
+    from lit_iclr.core.corpus import topic_line
+    from lit_iclr.core.tokenizer import encode_batch, load_tokenizer
+
+    corpus = write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--config", str(ROOT / "tests/configs/heapr.yaml"), "--trainer.default_root_dir", str(run),
+              "--data.init_args.root", str(corpus), "--data.init_args.data_dir", str(tmp_path / "data"),
+              "--data.init_args.seq_len", "12"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "data.init_args.seq_len=12 leaves no room" in err and "topic_eval: false" in err
+    # the numbers, from the corpus' own tokenizer: EOS + the longest topic line + 8 tokens
+    (cache,) = (tmp_path / "data").glob("*/tokenizer.json")
+    longest = max(len(x) for x in encode_batch(load_tokenizer(cache), [topic_line(t) for t in ("Animals", "Music", "Space")]))
+    assert f"needs seq_len >= {1 + longest + 8}" in err
+    assert not (run / "checkpoints").exists()  # nothing was trained
