@@ -191,37 +191,63 @@ class WB2WeatherData(BaseDataModule):
                                      f"from the {len(self.latitudes)} x {len(self.longitudes)} / {self.channel_names} "
                                      "the model was built for", "delete the folder so it is regenerated, or fix root")
         dt_h = r.time_step_hours()
-        if self.step_hours % dt_h:
-            raise DatasetFormatError(self.path, f"time step is {dt_h} h, which does not divide step_hours="
-                                     f"{self.step_hours}", "use 6-hourly (or hourly) data or change step_hours")
+        times = r.times
+        splits = self._check_periods(times, dt_h)  # every problem of the time axis in one message, before any reading
         self.reader, self.stride = r, int(round(self.step_hours / dt_h))
         self.static = r.read_static()
-        times = r.times
-        train_idx = self._split_times(times, self.train_period, "train_period")
+        train_idx = splits["train_period"]
         self.stats = wb2.cached_stats(r, train_idx, self.train_period, self.stride, Path(self.data_dir) / "cache",
                                       self.n_harmonics)
         self.mean, self.std = self.stats["mean"], self.stats["std"]
         self.diff_std = self.stats["diff_std"]
         self.train_set = self._windows(times, train_idx, self.lead_times, "train_period", 1, None)
-        val_idx = self._split_times(times, self.val_period, "val_period")
-        self.val_set = self._windows(times, val_idx, self.eval_lead_times, "val_period", self.eval_stride, self.stats)
-        test_idx = self._split_times(times, self.test_period, "test_period")
-        self.test_set = self._windows(times, test_idx, self.eval_lead_times, "test_period", self.eval_stride,
-                                      self.stats)
+        self.val_set = self._windows(times, splits["val_period"], self.eval_lead_times, "val_period", self.eval_stride,
+                                     self.stats)
+        self.test_set = self._windows(times, splits["test_period"], self.eval_lead_times, "test_period",
+                                      self.eval_stride, self.stats)
         self._ready = True
 
-    def _split_times(self, times: np.ndarray, period: list, name: str) -> np.ndarray:
-        idx = wb2.select_times(times, period)
-        if idx.size == 0:
-            raise DatasetFormatError(self.path, f"no time steps in {name} {period}; the store covers "
-                                     f"{times[0]} .. {times[-1]}", f"set `data.init_args.{name}` inside that range")
-        return idx
+    def _check_periods(self, times: np.ndarray, dt_h: float) -> dict[str, np.ndarray]:
+        """{period name: time indices}; one `DatasetFormatError` listing every problem (the time step, a period with
+        no time steps, one too short for history + lead, a training period with fewer windows than one batch)."""
+        problems, splits = [], {}
+        if self.step_hours % dt_h:
+            problems.append(f"the time step is {dt_h} h, which does not divide step_hours={self.step_hours} (use 6-hourly "
+                            "or hourly data or change step_hours)")
+        for name, leads, stride in (("train_period", self.lead_times, 1), ("val_period", self.eval_lead_times,
+                                    self.eval_stride), ("test_period", self.eval_lead_times, self.eval_stride)):
+            period = getattr(self, name)
+            splits[name] = idx = wb2.select_times(times, period)
+            if idx.size == 0:
+                problems.append(f"no time steps in {name} {period}")
+                continue
+            n = len(self._window_starts(times[idx], leads)[::stride])
+            if n == 0:
+                problems.append(f"{name} {period}: {len(idx)} time steps ({times[idx][0]} .. {times[idx][-1]}) are too "
+                                f"few for history {self.history} x {self.step_hours} h + lead {max(leads)} h")
+            elif name == "train_period" and n < self.batch_size:
+                # the training loader drops the last incomplete batch: a fit would train on nothing and exit 0
+                problems.append(f"train_period {period} gives {n} training windows, fewer than one batch of "
+                                f"batch_size={self.batch_size}")
+        if problems:
+            raise DatasetFormatError(self.path, f"{len(problems)} problem(s) of the time axis: " + "; ".join(problems)
+                                     + f" (the store covers {times[0]} .. {times[-1]})",
+                                     "set `data.init_args.train_period`, `val_period` and `test_period` inside that "
+                                     "range, each longer than history + lead time (training: at least one batch of "
+                                     "windows), or lower batch_size")
+        return splits
+
+    def _window_starts(self, sub: np.ndarray, leads) -> np.ndarray:
+        """Positions in `sub` (a split's times) where a window of history + leads starts (at its first history step)."""
+        hist_h = -self.step_hours * np.arange(self.history - 1, -1, -1)
+        offsets = np.concatenate([hist_h, np.asarray(leads)])
+        return wb2.window_starts(sub, offsets - hist_h[0])
 
     def _windows(self, times, idx, leads, name, stride, stats) -> ForecastWindows:
         sub = times[idx]
         hist_h = -self.step_hours * np.arange(self.history - 1, -1, -1)
         offsets = np.concatenate([hist_h, np.asarray(leads)])
-        starts = wb2.window_starts(sub, offsets - hist_h[0])  # starts at the first history step
+        starts = self._window_starts(sub, leads)
         if starts.size == 0:
             raise DatasetFormatError(self.path, f"{name} {len(idx)} time steps ({sub[0]} .. {sub[-1]}) are too few for "
                                      f"history {self.history} x {self.step_hours} h + lead {max(leads)} h",

@@ -129,3 +129,33 @@ def test_stats_match_numpy_and_datamodule_batches(tmp_path):
     dm2.setup("fit")
     b2 = next(iter(dm2.val_dataloader()))
     np.testing.assert_allclose(b2["x"].numpy(), b["x"].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_every_period_problem_of_a_foreign_store_comes_in_one_message(tmp_path):
+    """Period problems came one per launch (fix one, launch, read the next)."""
+    make_store(n_times=40).to_zarr(tmp_path / "s.zarr", zarr_format=2)  # 2000-01-01 00h .. 2000-01-10 18h, 6-hourly
+    dm = WB2WeatherData(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), variables=["geopotential@500"],
+                        static_variables=[], train_period=[1999], val_period=["2000-01-01:2000-01-01"],
+                        test_period=[2001], lead_times=[6], eval_lead_times=[6, 24])
+    with pytest.raises(DatasetFormatError) as e:
+        dm.setup("fit")
+    msg = str(e.value)
+    assert "3 problem(s) of the time axis" in msg and "no time steps in train_period [1999]" in msg
+    assert "val_period ['2000-01-01:2000-01-01']: 4 time steps" in msg and "too few for history 2 x 6 h + lead 24 h" in msg
+    assert "no time steps in test_period [2001]" in msg and "2000-01-10T18" in msg and not (tmp_path / "cache").exists()
+
+
+def test_a_training_period_shorter_than_one_batch_is_refused_with_the_numbers(tmp_path):
+    """The training loader drops the last incomplete batch: fewer windows than batch_size trained nothing, exit 0."""
+    make_store(n_times=40).to_zarr(tmp_path / "s.zarr", zarr_format=2)
+    kw = dict(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), variables=["geopotential@500"],
+              static_variables=[], train_period=["2000-01-01:2000-01-05"], val_period=[2000], test_period=[2000],
+              lead_times=[6, 12], eval_lead_times=[6])
+    # 20 steps (5 days x 4), a window spans history (2 steps) + 12 h of lead (2 steps): 20 - 1 - 2 = 17 windows
+    dm = WB2WeatherData(batch_size=18, **kw)
+    with pytest.raises(DatasetFormatError, match=r"1 problem\(s\).*train_period \['2000-01-01:2000-01-05'\] gives 17 "
+                                                 r"training windows, fewer than one batch of batch_size=18"):
+        dm.setup("fit")
+    dm = WB2WeatherData(batch_size=17, **kw)
+    dm.setup("fit")
+    assert len(dm.train_set) == 17 and len(dm.train_dataloader()) == 1
