@@ -132,18 +132,15 @@ def _unshare_prefix() -> tuple[list[str] | None, str]:
 
 @functools.cache
 def _plan() -> dict:
-    """How workers are started on this machine, found once per process: the fullest plan whose trial run works."""
+    """How workers are started on this machine, found once per process: the fullest plan whose trial run works;
+    `plan["off"]` names each layer it lacks and why."""
     root = os.geteuid() == 0
     prefix, why_no_ns = _unshare_prefix()
-    off: dict[str, str] = {}
-    if prefix is None:
-        off["namespaces"] = off["tmpfs"] = why_no_ns
-    if not root:
-        off["unprivileged_user"] = "not running as root: cannot switch to user nobody (the worker runs as this user)"
-    if prefix is None and not root:
-        off["chroot"] = "neither root nor a user namespace: cannot chroot"
-    if _restricted_python_path() is None:
-        off["restricted_python"] = "RestrictedPython is not installed (pip install -e '.[evotest]')"
+    why = {  # why a layer would be off, refined by failed trial runs below
+        "namespaces": why_no_ns, "tmpfs": why_no_ns or "needs the namespaces",
+        "chroot": "neither root nor a user namespace: cannot chroot",
+        "unprivileged_user": "not running as root: cannot switch to user nobody (the worker runs as this user)",
+    }
     candidates = []
     uid = NOBODY if root else None
     if prefix is not None:
@@ -153,25 +150,31 @@ def _plan() -> dict:
         candidates.append({"unshare": None, "tmpfs": False, "chroot": True, "uid": uid})
     candidates.append({"unshare": None, "tmpfs": False, "chroot": False, "uid": None})
     for i, plan in enumerate(candidates):
-        plan = {**plan, "off": dict(off)}
+        has = {"namespaces": plan["unshare"] is not None, "tmpfs": plan["tmpfs"], "chroot": plan["chroot"],
+               "unprivileged_user": plan["uid"] is not None}
+        plan["off"] = {k: why[k] for k, on in has.items() if not on}
+        if _restricted_python_path() is None:
+            plan["off"]["restricted_python"] = "RestrictedPython is not installed (pip install -e '.[evotest]')"
         if i == len(candidates) - 1:
-            _warn_off(plan)
-            return plan
+            break
         reason = "trial run gave a wrong answer"
         try:
             with SandboxedFunction("def f(x):\n    return x\n", "f", timeout_s=20, _plan=plan) as fn:
                 if fn("ok") == "ok":
-                    _warn_off(plan)
-                    return plan
+                    break
         except SandboxError as e:
             reason = f"trial run failed: {e}"
+        # each step down gives up one layer: the failed trial is the reason it is off
         if plan["tmpfs"]:
-            off["tmpfs"] = reason
+            why["tmpfs"] = reason
         elif plan["unshare"] is not None:
-            off["namespaces"] = reason
+            why["namespaces"] = reason
+            if not root:
+                why["chroot"] = why["tmpfs"] = reason
         else:
-            off["chroot"] = off["unprivileged_user"] = reason
-    raise AssertionError("unreachable")
+            why["chroot"] = why["unprivileged_user"] = reason
+    _warn_off(plan)
+    return plan
 
 
 def _warn_off(plan: dict) -> None:
@@ -186,8 +189,6 @@ def sandbox_layers() -> dict[str, str]:
     names = ("namespaces", "tmpfs", "chroot", "unprivileged_user", "no_new_privs", "rlimits", "session",
              "restricted_python", "restricted_builtins", "audit_hook")
     out = {n: ("off: " + off[n] if n in off else "on") for n in names}
-    if "namespaces" in off and "unprivileged_user" in off:
-        out["no_new_privs"] = "off: set only together with a namespace or the user switch"
     return out
 
 
@@ -225,6 +226,7 @@ class SandboxedFunction:
         self._workdir: str | None = None
         self._init_pid: int | None = None  # the worker's pid as seen from here (PID 1 of its namespace)
         self._init_fd: int | None = None  # pidfd of that process: kills it without a pid-reuse race
+        self._starting = False
 
     # ------------------------------------------------------------------------------------------- process handling
     def _start(self) -> None:
@@ -245,8 +247,12 @@ class SandboxedFunction:
         }
         request = {"code": self.code, "entry": self.entry, "max_output": self.max_output, "builtins": SAFE_BUILTINS,
                    "plan": child_plan}
+        self._starting = True
         self._send(request)
-        reply = self._receive()
+        try:
+            reply = self._receive()
+        finally:
+            self._starting = False
         if not reply.get("ok"):
             self.close()
             raise SandboxError(reply.get("error", "could not load the code"))
@@ -299,8 +305,13 @@ class SandboxedFunction:
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
-                code = self._proc.poll()
+                try:
+                    code = self._proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    code = None
                 self.close()
+                if self._starting:
+                    raise SandboxError(f"the sandbox process died while starting (exit {code})")
                 raise SandboxError(f"the sandbox process died (exit {code}; memory or CPU limit?)")
             buf += chunk
             if len(buf) > limit:

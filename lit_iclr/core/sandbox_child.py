@@ -105,14 +105,11 @@ def restricted_globals(req, printed_limit, rp):
 
 def lock_in(plan):
     """Steps 2-3 of the module docstring; returns the layers that are now active."""
+    import ctypes
     import resource  # an extension module: load it before the chroot hides the library folder
 
     layers = []
-    libc = None
-    if plan["tmpfs"] or plan["uid"] is not None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
     if os.getpid() == 1:
         layers.append("namespaces")
     workdir = plan["workdir"]
@@ -136,10 +133,9 @@ def lock_in(plan):
                         ("RLIMIT_MEMLOCK", (0, 0))):
         resource.setrlimit(getattr(resource, name), value)
     layers.append("rlimits")
-    if libc is not None:
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-        layers.append("no_new_privs")
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    layers.append("no_new_privs")
     if plan["uid"] is not None:
         os.setgroups([])
         os.setgid(plan["gid"])
@@ -151,7 +147,7 @@ def lock_in(plan):
         else:
             raise OSError("could still become root after dropping privileges")
         layers.append("unprivileged_user")
-    if libc is not None and os.getpid() == 1:
+    if os.getpid() == 1:
         libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL: the namespace dies with `unshare`
     if plan["mode"] != "none":
         for m in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
