@@ -128,8 +128,9 @@ class RandomState(Callback):
     randomness drawn in `training_step` (noise, dropout, sampled times) continues the interrupted stream.
 
     They are restored at the first training batch (after the sanity check and the loader's start, which draw from the
-    same generators and would otherwise differ between an interrupted and an uninterrupted run). Stored as tensors and
-    lists, so checkpoints still load with `weights_only=True`.
+    same generators and would otherwise differ between an interrupted and an uninterrupted run); from a checkpoint
+    written at an epoch's end, at the next epoch's start, before its loader iterator is created (as it was then).
+    Stored as tensors and lists, so checkpoints still load with `weights_only=True`.
     """
 
     def __init__(self):
@@ -142,10 +143,24 @@ class RandomState(Callback):
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         self._pending = checkpoint.get("lit_iclr_rng")
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+        self._at_epoch_end = bool(progress) and progress["ready"] == progress["started"] == progress["processed"]
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        # Saved at an epoch's end: the run that went on created the next epoch's loader iterator after the save, which
+        # draws its base seed from the torch generator. Restore now and create the iterator again, as that run did.
+        if self._pending is None or not getattr(self, "_at_epoch_end", False):
+            return
+        self._restore()
+        fetcher = trainer.fit_loop._data_fetcher
+        if fetcher is not None:
+            iter(fetcher)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        if self._pending is None:
-            return
+        if self._pending is not None:
+            self._restore()
+
+    def _restore(self) -> None:
         state, self._pending = self._pending, None
         torch.set_rng_state(state["torch"])
         random.setstate(_tuples(state["python"]))

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from .runlock import unlock_run_dir
+
 PACKAGES = ("lit-iclr", "torch", "lightning", "torchmetrics", "jsonargparse", "timm", "transformers", "xarray",
             "ogbench", "gymnasium", "torch-harmonics", "safetensors", "huggingface_hub")
 
@@ -50,7 +52,8 @@ def run_info(argv: list[str] | None = None) -> dict:
 
 
 class RunInfo(Callback):
-    """Writes run_info.json into the run folder on rank 0 when a fit/validate/test starts (kept across requeues)."""
+    """Writes run_info.json into the run folder on rank 0 when a fit/validate/test starts (kept across requeues), and
+    releases the run folder's lock (`core/runlock.py`) when it ends."""
 
     def __init__(self, run_dir: str, argv: list[str] | None = None, config_changes: dict | None = None):
         """
@@ -74,3 +77,6 @@ class RunInfo(Callback):
         if self.config_changes is not None:  # a resume of this folder: what differs from its config.yaml
             info["resume"] = {"config_changes": self.config_changes}
         path.write_text(json.dumps({**info, "history": [*history, info]}, indent=2))
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        unlock_run_dir(self.run_dir)

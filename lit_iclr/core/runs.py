@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from .errors import CheckpointError, ConfigError
+from .runlock import lock_run_dir
 
 # model/data options that may change between a run and its resume (they do not change what is trained)
 RESUME_TOLERATED = {"data.init_args.data_dir", "data.init_args.num_workers"}
@@ -99,7 +100,8 @@ def resolve_run_dir(default_root_dir: str | None, config_files: list[str], resum
     An explicit `--trainer.default_root_dir` is used as is; else runs/<config>/<job id | new timestamped folder>. Under
     SLURM the job id is stable across requeues. With `--ckpt_path last` the newest earlier run of the same config name
     whose saved config has the same model and data and which holds a checkpoint is continued; when there is none,
-    `ConfigError` (a fresh start is only made when asked for).
+    `ConfigError` (a fresh start is only made when asked for). The folder is locked for this process
+    (`core/runlock.py`): another process training in it makes this fail, naming that process.
     """
     current = current or {}
     explicit = default_root_dir and default_root_dir not in (os.getcwd(), ".")
@@ -116,17 +118,23 @@ def resolve_run_dir(default_root_dir: str | None, config_files: list[str], resum
             raise CheckpointError(run / "checkpoints" / "last.ckpt", "--ckpt_path last: there is no checkpoint to resume",
                                   "run `fit` without --ckpt_path to start a new run, or pass the path of a .ckpt")
         run.mkdir(parents=True, exist_ok=True)
+        lock_run_dir(run)
         return run, changes
     if not resume:
-        return new_run_dir(base), None
+        run = new_run_dir(base)
+        lock_run_dir(run)
+        return run, None
     earlier = sorted((p for p in base.glob("*") if p.is_dir() and has_checkpoint(p)),
                      key=lambda p: p.stat().st_mtime, reverse=True)
     refused = []
     for run in earlier:
         try:
-            return run, check_resumable(run, current)
+            changes = check_resumable(run, current)
         except ConfigError as e:
             refused.append(e)
+            continue
+        lock_run_dir(run)  # one writer per run folder: a second resume of the same run fails here
+        return run, changes
     if refused:
         raise ConfigError(f"--ckpt_path last: none of the {len(refused)} runs under {base} trained this model and data "
                           f"(newest: {refused[0]})")

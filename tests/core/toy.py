@@ -140,3 +140,20 @@ class MisconfiguredData(ToyData):
     def __init__(self, root: str | None = None):
         super().__init__(root)
         raise DatasetFormatError("era5.zarr", "has no variable 'temperature'", "add it or drop it from `variables`")
+
+
+class PauseAtStep(Callback):
+    """Holds a run at step `step`: touches `ready`, then waits (at most `timeout` s) until `release` exists."""
+
+    def __init__(self, step: int, ready: str, release: str, timeout: float = 120.0):
+        self.step, self.ready, self.release, self.timeout = step, Path(ready), Path(release), timeout
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import time
+
+        if trainer.global_step != self.step:
+            return
+        self.ready.touch()
+        end = time.monotonic() + self.timeout
+        while not self.release.exists() and time.monotonic() < end:
+            time.sleep(0.05)

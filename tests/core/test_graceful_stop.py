@@ -1,0 +1,149 @@
+"""A graceful stop (SIGTERM, SIGUSR1, max_steps) inside an epoch saves the position, and resuming equals never stopping.
+
+Before, the stop ended the epoch first: last.ckpt said the epoch was finished with an empty loader position, so the
+resume skipped the rest of that epoch (a 30-epoch VGF run stopped at step 12 ended at step 18 instead of 27).
+The toy epoch has 8 batches; the LR halves every 3 steps, so the schedule is compared too.
+"""
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+import tests.core.toy as toy  # noqa: F401 - registers the toy classes with the CLI
+from lit_iclr.cli import main
+from lit_iclr.core.atomic import AtomicCheckpointIO, atomic_torch_save
+from tests.twin import final_checkpoint, run_differences, training_rows
+
+BASE = ["--model", "ToyRegression", "--data", "ToyData", "--trainer.accelerator", "cpu",
+        "--trainer.enable_progress_bar", "false", "--trainer.num_sanity_val_steps", "0",
+        "--trainer.log_every_n_steps", "1", "--model.init_args.lr_step", "3"]
+NO_VAL = ["--trainer.limit_val_batches", "0"]
+
+
+def fit(root: Path, data: Path, *extra: str):
+    return main(["fit", *BASE, "--trainer.default_root_dir", str(root), "--data.init_args.data_dir", str(data), *extra])
+
+
+def send(step: int, sig: str = "SIGTERM") -> list[str]:
+    return ["--trainer.callbacks+", json.dumps({"class_path": "tests.core.toy.SignalAtStep",
+                                                "init_args": {"step": step, "signal": sig}})]
+
+
+def fit_loop_state(ckpt: dict) -> tuple[int, int, list]:
+    loop = ckpt["loops"]["fit_loop"]
+    return (loop["epoch_progress"]["current"]["processed"], loop["epoch_loop.state_dict"]["_batches_that_stepped"],
+            loop["state_dict"].get("combined_loader", []))
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_signal_mid_epoch_resumes_the_same_epoch(tmp_path, sig):
+    """The issue's reproduction in small: epochs of 8 batches, stopped at step 12 of a 3-epoch run, resumed to the
+    same length: 24 steps and the same weights, optimizer, schedule, RNG and metric rows as a run never stopped."""
+    data, limit = tmp_path / "d", ["--trainer.max_epochs", "3", *NO_VAL]
+    full = fit(tmp_path / "full", data, *limit)
+    assert full.trainer.global_step == 24
+    part = fit(tmp_path / "part", data, *limit, *send(11, sig))  # arrives during step 11; saved after it
+    assert part.trainer.global_step == 12
+    processed, _, loader = fit_loop_state(final_checkpoint(tmp_path / "part"))
+    assert processed == 1 and loader == [{"epoch": 1, "batches": 4}]  # epoch 1 not finished, 4 of its batches done
+    resumed = fit(tmp_path / "part", data, *limit, "--ckpt_path", "last")
+    assert resumed.trainer.global_step == 24
+    assert run_differences(tmp_path / "full", tmp_path / "part") == []
+
+
+@pytest.mark.parametrize("stop", ["signal", "max_steps"])
+def test_stop_then_resume_to_more_steps_equals_one_run(tmp_path, stop):
+    data, steps = tmp_path / "d", ["--trainer.max_epochs", "100", *NO_VAL]
+    fit(tmp_path / "full", data, *steps, "--trainer.max_steps", "20")
+    how = send(4) if stop == "signal" else ["--trainer.max_steps", "5"]
+    part = fit(tmp_path / "part", data, *steps, *(["--trainer.max_steps", "20"] if stop == "signal" else []), *how)
+    assert part.trainer.global_step == 5
+    ckpt = final_checkpoint(tmp_path / "part")
+    # epoch 0 unfinished, 5 batches consumed; Lightning counts the 5th stepped batch when it resumes
+    assert ckpt["global_step"] == 5 and fit_loop_state(ckpt) == (0, 4, [{"epoch": 0, "batches": 5}])
+    resumed = fit(tmp_path / "part", data, *steps, "--trainer.max_steps", "20", "--ckpt_path", "last")
+    assert resumed.trainer.global_step == 20
+    assert run_differences(tmp_path / "full", tmp_path / "part") == []
+
+
+def test_signal_at_the_last_batch_ends_the_epoch_first(tmp_path):
+    data, steps = tmp_path / "d", ["--trainer.max_epochs", "100", "--trainer.max_steps", "16", *NO_VAL]
+    fit(tmp_path / "full", data, *steps)
+    fit(tmp_path / "part", data, *steps, *send(7))  # step 7 is the epoch's 8th batch
+    processed, _, loader = fit_loop_state(final_checkpoint(tmp_path / "part"))
+    assert final_checkpoint(tmp_path / "part")["global_step"] == 8 and processed == 1 and loader[0]["batches"] == 0
+    resumed = fit(tmp_path / "part", data, *steps, "--ckpt_path", "last")
+    assert resumed.trainer.global_step == 16 and run_differences(tmp_path / "full", tmp_path / "part") == []
+
+
+def test_signal_at_a_validation_batch(tmp_path):
+    """Validation every 2 batches; the stop lands on one: no extra or missing validation rows, same state."""
+    data = tmp_path / "d"
+    steps = ["--trainer.max_epochs", "100", "--trainer.max_steps", "14", "--trainer.val_check_interval", "2",
+             "--trainer.limit_val_batches", "2"]
+    fit(tmp_path / "full", data, *steps)
+    fit(tmp_path / "part", data, *steps, *send(5))
+    assert final_checkpoint(tmp_path / "part")["global_step"] == 6
+    fit(tmp_path / "part", data, *steps, "--ckpt_path", "last")
+    assert run_differences(tmp_path / "full", tmp_path / "part") == []
+    assert sum("val/loss" in r for r in training_rows(tmp_path / "part")) == 7
+
+
+def test_the_comparison_can_fail(tmp_path):
+    """Guard: the old behaviour (resume after the epoch was marked finished) is caught by `run_differences`."""
+    data, steps = tmp_path / "d", ["--trainer.max_epochs", "3", *NO_VAL]
+    fit(tmp_path / "full", data, *steps)
+    fit(tmp_path / "part", data, *steps, *send(11))
+    ckpt_path = tmp_path / "part" / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    loop = ckpt["loops"]["fit_loop"]  # what the old code saved: the epoch ended, the loader position emptied
+    loop["epoch_progress"]["current"]["processed"] += 1
+    loop["epoch_progress"]["total"]["processed"] += 1
+    loop["state_dict"]["combined_loader"] = [{"epoch": 1, "batches": 0}]
+    torch.save(ckpt, ckpt_path)
+    resumed = fit(tmp_path / "part", data, *steps, "--ckpt_path", "last")
+    assert resumed.trainer.global_step == 20  # the rest of epoch 1 was skipped
+    assert run_differences(tmp_path / "full", tmp_path / "part") != []
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    """A kill during the write leaves the previous last.ckpt whole and no file under the final name half-written."""
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    atomic_torch_save({"step": 1, "w": torch.ones(3)}, target)
+
+    def killed(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt  # SIGINT / a kill arriving in the middle of torch.save
+
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        AtomicCheckpointIO().save_checkpoint({"step": 2}, target)
+    monkeypatch.undo()
+    assert torch.load(target, weights_only=True)["step"] == 1
+    assert [p.name for p in target.parent.iterdir()] == ["last.ckpt"]  # the temporary file is gone
+
+
+def test_a_sigkill_during_the_save_leaves_the_old_checkpoint(tmp_path):
+    """A process SIGKILLed while it writes (in a child, mid-write): last.ckpt is the earlier, complete one."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "last.ckpt"
+    atomic_torch_save({"step": 1}, target)
+    code = ("import os, signal, torch, sys\nfrom lit_iclr.core.atomic import atomic_torch_save\n"
+            "class Big:\n    def __reduce__(self):\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"atomic_torch_save({{'step': 2, 'x': Big()}}, {str(target)!r})\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2])
+    assert p.returncode == -signal.SIGKILL
+    assert torch.load(target, weights_only=True) == {"step": 1}
+    leftovers = [q.name for q in tmp_path.iterdir() if q.name != "last.ckpt"]
+    assert all(".tmp-" in n for n in leftovers)  # at most the dead writer's temporary file, never under the real name
+    assert os.path.getsize(target) > 0
+
+
+def test_the_trainer_writes_checkpoints_atomically(tmp_path):
+    cli = fit(tmp_path / "r", tmp_path / "d", "--trainer.max_steps", "2", *NO_VAL)
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
