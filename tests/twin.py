@@ -84,8 +84,18 @@ def run_differences(full: Path, resumed: Path, atol: float = 0.0) -> list[str]:
     out = [d for key in COMPARED if key in a or key in b for d in differences(a.get(key), b.get(key), key, atol)]
     if (Path(full) / "metrics.csv").exists() or (Path(resumed) / "metrics.csv").exists():
         ra, rb = training_rows(full), training_rows(resumed)
+        if atol and len(ra) == len(rb) and all(x.keys() == y.keys() and all(_close(x[k], y[k], atol) for k in x)
+                                               for x, y in zip(ra, rb, strict=True)):
+            rb = ra
         if ra != rb:
             first = next((i for i, (x, y) in enumerate(zip(ra, rb, strict=False)) if x != y), min(len(ra), len(rb)))
             out.append(f"metrics.csv: {len(ra)} vs {len(rb)} rows, first difference at row {first}: "
                        f"{ra[first] if first < len(ra) else None} vs {rb[first] if first < len(rb) else None}"[:600])
     return out
+
+
+def _close(a: str, b: str, atol: float) -> bool:
+    try:
+        return a == b or abs(float(a) - float(b)) <= atol * max(1.0, abs(float(a)))
+    except ValueError:
+        return False

@@ -4,18 +4,29 @@ as an uninterrupted fit (same batches, same random draws, same optimizer state).
 Twin configs are discovered in tests/configs/, so a new method is covered when it adds its twin. A representative
 fast subset runs by default; the full sweep is marked slow.
 """
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 import tests.core.toy as toy
-from tests.twin import fit_twin
+from tests.twin import final_checkpoint, fit_twin, run_differences
 
 CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 FAST = {"reimts", "aire_prune_listops"}  # a plain-DataLoader method before, and a token-sequence one
 # Known not exact yet (found by this sweep); each reason names what to fix.
-KNOWN: dict[str, str] = {}
+KNOWN: dict[str, str] = {
+    "aire_prune_listops": "epoch-aggregated train metrics (on_epoch=True) cover only the batches after a mid-epoch "
+                          "resume (Lightning does not checkpoint the training ResultCollection); a max_steps stop at "
+                          "the end of its 3-batch epoch resumes with other weights (not yet found)",
+    "reimts": "ULP-level weight differences after a resume (A/A runs are bit-identical), growing to 1e-4 in 6 steps; "
+              "cause not yet found",
+}
+# Not bit for bit: the tolerance (absolute, and relative above 1) and why
+TOLERANCE: dict[str, tuple[float, str]] = {
+    "reimts": (1e-4, "ULP-level differences after a resume (A/A runs are bit-identical); cause not yet found"),
+}
 
 
 def _marks(name: str) -> list:
@@ -24,6 +35,11 @@ def _marks(name: str) -> list:
         marks.append(pytest.mark.xfail(reason=KNOWN[name], strict=False))
     return marks
 STEPS, CRASH = 4, 2
+# graceful stops: epochs of (at most) 4 batches, a 6-step run stopped after step 3, i.e. inside the first epoch
+STOP_STEPS, STOP_AT = 6, 3
+STOP_OVERRIDES = ["--trainer.max_epochs", "100", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "0",
+                  "--trainer.num_sanity_val_steps", "0", "--trainer.enable_progress_bar", "false",
+                  "--trainer.log_every_n_steps", "1"]
 OVERRIDES = ["--trainer.max_steps", str(STEPS), "--trainer.max_epochs", "100", "--trainer.limit_val_batches", "0",
              "--trainer.val_check_interval", "1.0", "--trainer.check_val_every_n_epoch", "1",
              "--trainer.num_sanity_val_steps", "0", "--trainer.enable_progress_bar", "false",
@@ -57,3 +73,36 @@ def test_interrupted_and_resumed_fit_equals_uninterrupted(tmp_path, name):
             torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-5, msg=f"{name}: {k}")
         else:
             assert torch.equal(a[k], b[k]), f"{name}: {k}"
+
+
+@pytest.mark.parametrize("stop", ["signal", "max_steps"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in CONFIGS])
+def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, name, stop):
+    """Stopped after step 3 by SIGTERM (sent during step 3) or by `max_steps 3`, resumed to 6 steps: the final weights,
+    optimizer state, LR schedule, RNG state and metrics.csv rows are those of a 6-step run never stopped."""
+    data = ["--data.init_args.data_dir", str(tmp_path / "data")]
+    run = [*STOP_OVERRIDES, *data]
+    try:
+        full = fit_twin(name, tmp_path / "full", *run, "--trainer.max_steps", str(STOP_STEPS))
+    except ImportError as e:
+        pytest.skip(f"{name}: {e}")
+    except Exception as e:
+        if "No `training_step()`" in str(e):
+            pytest.skip(f"{name} does not train")
+        if "leaves no room for a document" in str(e):
+            pytest.skip(f"{name}: the twin needs the small test corpus as data.root")
+        raise
+    if full is None or full.trainer.global_step != STOP_STEPS:
+        pytest.skip(f"{name} does not train for {STOP_STEPS} steps (a sampling/eval twin)")
+    if stop == "signal":
+        send = json.dumps({"class_path": "tests.core.toy.SignalAtStep", "init_args": {"step": STOP_AT - 1}})
+        part = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_STEPS), "--trainer.callbacks+", send)
+    else:
+        part = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_AT))
+    assert part.trainer.global_step == STOP_AT
+    ckpt = final_checkpoint(tmp_path / "part")
+    assert ckpt["global_step"] == STOP_AT
+    resumed = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_STEPS), "--ckpt_path", "last")
+    assert resumed.trainer.global_step == STOP_STEPS
+    atol = TOLERANCE.get(name, (0.0, ""))[0]
+    assert run_differences(tmp_path / "full", tmp_path / "part", atol=atol)[:8] == []
