@@ -33,7 +33,8 @@ from .core.summary import print_summary, shape_error
 from .core.trainer import Trainer
 
 DESCRIPTION = ("lit-iclr: ICLR 2026 methods as Lightning modules. `cli.py <subcommand> --config configs/<method>.yaml`; "
-               "`cli.py prepare` makes/checks data only; `cli.py hub {export,upload,download}` shares checkpoints.")
+               "`cli.py prepare` makes/checks data only; `cli.py hub {export,upload,download}` shares checkpoints; "
+               "`cli.py plan` sizes a config (parameters, FLOPs, memory, hours) without training.")
 
 
 class WriteOnceConfig(SaveConfigCallback):
@@ -264,6 +265,11 @@ def main(args: list[str] | None = None) -> LitIclrCLI | None:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     try:
         _check_config_files(argv)
+        if argv and argv[0] == "plan":  # sizes a config without training (core/plan.py)
+            from .core.plan import main as plan_main
+
+            plan_main(argv[1:])
+            return None
         return LitIclrCLI(args=args)
     except LitIclrError as e:
         _fail(str(e))
