@@ -119,9 +119,10 @@ def _plain(node: Any) -> Any:
 
 
 def method_hooks(module) -> ModuleType:
-    """The method's plan.py: `lit_iclr.<m>.plan` for a module defined in `lit_iclr.<m>`."""
+    """The method's plan.py: `lit_iclr.<m>.plan` for a module defined in `lit_iclr.<m>` (or the module path a class
+    names in its `plan_hooks` attribute)."""
     package = type(module).__module__.rsplit(".", 1)[0]
-    name = f"{package}.plan"
+    name = getattr(type(module), "plan_hooks", None) or f"{package}.plan"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as e:

@@ -206,3 +206,15 @@ def memory_per_device(module: torch.nn.Module, batch, strategy: Strategy, precis
     out["activations"] = activations["float"] * scale + activations["other"]
     out["total"] = sum(out.values())
     return out
+
+
+def held_by_forward(forward) -> tuple[int, object]:
+    """(bytes the CPU allocator still holds after `forward()` that it allocated during it, its result), from the
+    profiler's memory events (`profile_memory=True`: every allocation and free of the CPU allocator). An independent
+    measurement of what a forward keeps for its backward, to check `activation_bytes` on a real CPU step; tensors that
+    existed before the call (the inputs) are not in it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = forward()
+    return sum(e.self_cpu_memory_usage for e in prof.events()), out
