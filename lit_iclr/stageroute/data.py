@@ -69,9 +69,11 @@ class RoutingData(BaseDataModule):
         self.classifiers = [list(c) for c in (classifiers or DEFAULT_CLASSIFIERS)]
         self.train_images, self.num_queries = train_images, num_queries
         self.workload: Workload | None = None
-        if root is not None:
+        if root is not None and Path(root).exists():
             self.workload = read_workload(root, allow_pickle, Path(data_dir) / "cache")
             self.num_models = self.workload.num_models
+        elif root is not None:  # not here (a cluster path, `cli.py plan`): K as configured; prepare_data says it is missing
+            self.num_models = num_models
         else:
             self.num_models = len(self.classifiers) if source == "classifiers" else num_models
 

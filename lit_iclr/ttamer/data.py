@@ -67,7 +67,9 @@ class ExitTableData(BaseDataModule):
         self.train_images, self.epochs, self.lr, self.seed = train_images, epochs, lr, seed
         # stages, known before anything is generated: 4 exits of the default multi-exit network, one per cascade member,
         # or the user's table (its header only)
-        self.stages = (read_exit_table(Path(root) / "calibration.npz").stages if root is not None
+        # (a root that is not here, e.g. a cluster path under `cli.py plan`, counts as the source's stages)
+        self.stages = (read_exit_table(Path(root) / "calibration.npz").stages
+                       if root is not None and Path(root).exists()
                        else 4 if source == "nested" else len(self.backbones))
         self.calibration: ExitTable | None = None
         self.test: ExitTable | None = None
