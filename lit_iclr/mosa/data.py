@@ -235,7 +235,10 @@ class HumanMotionVideo(BaseDataModule):
         self.tokenizer = formats.WordTokenizer(sorted(VOCAB), vocab_size, max_words)
         self.motion_features = motion_features
         # HumanML3D alone (no videos/): the structure stage only; the generated default always has videos
-        self.video_stage = root is None or (Path(root).expanduser() / "videos").is_dir()
+        # (a root that is not here, e.g. a cluster path under `cli.py plan`, is taken to hold videos/; prepare_data says it
+        # is missing)
+        here = root is not None and Path(root).expanduser().exists()
+        self.video_stage = not here or (Path(root).expanduser() / "videos").is_dir()
         if motion_features and self.video_stage:
             raise ConfigError("data.motion_features is for HumanML3D alone (a root without videos/)")
         self.splits: dict[str, Dataset] = {}
