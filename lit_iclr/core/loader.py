@@ -171,3 +171,69 @@ class RandomState(Callback):
 def _tuples(value):
     """random.setstate wants the nested tuples that a checkpoint round trip may have turned into lists."""
     return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+class EpochMetrics(Callback):
+    """Saves the running epoch aggregates of `self.log(..., on_epoch=True)` in training (Lightning's training
+    `_ResultCollection`, which it does not checkpoint) and, resuming inside that epoch, adds them back, so the epoch's
+    logged mean / sum / max / min covers every batch of the epoch, not only those after the resume.
+
+    They are merged at the end of each resumed batch into the entries the resumed steps logged (value and batch count):
+    `saved + new` is the addition the uninterrupted run made, so the epoch values are bit-equal. Each rank keeps its
+    own aggregates (gathered at the save); a resume with another world size cannot split them and does not restore them.
+    """
+
+    KEY = "lit_iclr_epoch_metrics"
+    _REDUCE = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max", torch.min: "min", min: "min"}
+
+    def __init__(self):
+        self._pending: dict | None = None
+
+    @staticmethod
+    def _running(trainer) -> dict:
+        out = {}
+        for key, m in trainer.fit_loop.epoch_loop._results.items():
+            if not m.is_tensor or not m.meta.on_epoch or m.has_reset:
+                continue
+            reduce = EpochMetrics._REDUCE.get(m.meta.reduce_fx)
+            if reduce is None:
+                continue
+            entry = {"reduce": reduce, "value": m.value.detach().cpu().clone()}
+            if reduce == "mean":
+                entry["count"] = m.cumulated_batch_size.detach().cpu().clone()
+            out[key] = entry
+        return out
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        running = self._running(trainer)
+        ranks = [running]
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():  # every rank saves (dump_checkpoint)
+            ranks = [None] * dist.get_world_size()
+            dist.all_gather_object(ranks, running)
+        checkpoint[self.KEY] = ranks
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+        inside = bool(progress) and not (progress["ready"] == progress["started"] == progress["processed"])
+        ranks = checkpoint.get(self.KEY)
+        self._pending = None
+        if inside and ranks and len(ranks) == trainer.world_size:
+            self._pending = dict(ranks[trainer.global_rank]) or None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self._pending:
+            return
+        results = trainer.fit_loop.epoch_loop._results
+        for key in [k for k in self._pending if k in results and not results[k].has_reset]:
+            saved, m = self._pending.pop(key), results[key]
+            value = saved["value"].to(m.value.device, m.value.dtype)
+            if saved["reduce"] in ("mean", "sum"):
+                m.value = value + m.value
+                if saved["reduce"] == "mean":
+                    m.cumulated_batch_size = saved["count"].to(m.cumulated_batch_size.device) + m.cumulated_batch_size
+            else:
+                m.value = (torch.maximum if saved["reduce"] == "max" else torch.minimum)(value, m.value)
+            m._computed = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._pending = None  # a metric the resumed part of the epoch never logged

@@ -13,7 +13,7 @@ from .atomic import AtomicCheckpointIO
 from .cuda_check import drop_failing_nvml_check
 from .direct import DirectBatches, DirectOptimization
 from .host_memory import keep_freed_host_memory
-from .loader import LoaderPosition, RandomState
+from .loader import EpochMetrics, LoaderPosition, RandomState
 from .loggers import MetricsAtCheckpoint
 from .signals import CheckpointOnSignal
 
@@ -71,8 +71,9 @@ class GracefulFitLoop(_FitLoop):
 
 
 class Trainer(L.Trainer):
-    """Lightning's Trainer; always tracks the training loader's position, the random state and the metric rows so
-    mid-epoch resume is exact, and saves a checkpoint on SIGTERM / SIGUSR1 or at `max_steps` inside an epoch from which
+    """Lightning's Trainer; always tracks the training loader's position, the random state, the metric rows and the
+    running epoch aggregates of logged metrics so mid-epoch resume is exact, and saves a checkpoint on SIGTERM /
+    SIGUSR1 or at `max_steps` inside an epoch from which
     resuming equals never stopping (`GracefulFitLoop`); checkpoint files are written atomically (`core/atomic.py`).
     Lightning's per-step wrappers of the
     optimisation (`DirectOptimization`) and of the batch's way into the step (`DirectBatches`) are skipped where they
@@ -86,8 +87,8 @@ class Trainer(L.Trainer):
         if type(self.strategy.checkpoint_io) is TorchCheckpointIO:  # a plugin the user chose is kept
             self.strategy.checkpoint_io = AtomicCheckpointIO()
         keep_freed_host_memory()
-        self.callbacks.extend([LoaderPosition(), RandomState(), MetricsAtCheckpoint(), CheckpointOnSignal(),
-                                DirectOptimization(), DirectBatches()])
+        self.callbacks.extend([LoaderPosition(), RandomState(), EpochMetrics(), MetricsAtCheckpoint(),
+                               CheckpointOnSignal(), DirectOptimization(), DirectBatches()])
 
     def prepare(self, model: L.LightningModule, datamodule: L.LightningDataModule) -> None:
         """Generate (or check) the config's dataset and read it back once through the real reader; no training.

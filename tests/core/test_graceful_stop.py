@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import tests.core.toy as toy  # noqa: F401 - registers the toy classes with the CLI
+import tests.core.toy as toy  # registers the toy classes with the CLI
 from lit_iclr.cli import main
 from lit_iclr.core.atomic import AtomicCheckpointIO, atomic_torch_save
 from tests.twin import final_checkpoint, run_differences, training_rows
@@ -90,6 +90,33 @@ def test_signal_at_a_validation_batch(tmp_path):
     fit(tmp_path / "part", data, *steps, "--ckpt_path", "last")
     assert run_differences(tmp_path / "full", tmp_path / "part") == []
     assert sum("val/loss" in r for r in training_rows(tmp_path / "part")) == 7
+
+
+class EpochLoggedToy(toy.ToyRegression):
+    """The toy logging epoch aggregates in training (a mean and a max over the epoch's batches)."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train/epoch_loss", loss, on_step=False, on_epoch=True)
+        self.log("train/epoch_max", loss, on_step=False, on_epoch=True, reduce_fx="max")
+        return loss
+
+
+def test_epoch_aggregates_cover_the_batches_before_the_resume(tmp_path):
+    """Lightning does not checkpoint the running epoch aggregates: before, epoch 1's mean and max after a stop at its
+    4th batch covered only its last 4 batches. Checked against the mean and max of the per-step losses of the run."""
+    data, limit = tmp_path / "d", ["--trainer.max_epochs", "3", *NO_VAL]
+    model = ["--model", f"{__name__}.EpochLoggedToy"]
+    fit(tmp_path / "full", data, *model, *limit)
+    fit(tmp_path / "part", data, *model, *limit, *send(11, "SIGUSR1"))
+    fit(tmp_path / "part", data, *model, *limit, "--ckpt_path", "last")
+    assert run_differences(tmp_path / "full", tmp_path / "part") == []
+    rows = training_rows(tmp_path / "part")
+    steps = [float(r["train/loss"]) for r in rows if "train/loss" in r and r["epoch"] == "1"]
+    epoch = next(r for r in rows if "train/epoch_loss" in r and r["epoch"] == "1")
+    assert len(steps) == 8  # every batch of epoch 1 logged one loss (equal batch sizes: the mean is the plain mean)
+    assert float(epoch["train/epoch_loss"]) == pytest.approx(sum(steps) / 8, rel=1e-5)
+    assert float(epoch["train/epoch_max"]) == pytest.approx(max(steps), rel=1e-6)
 
 
 def test_the_comparison_can_fail(tmp_path):
