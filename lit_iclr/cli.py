@@ -22,6 +22,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from . import registry
 from .core.classes import checkpoint_class_names, refusal, resolve_class
 from .core.data import BaseDataModule
+from .core.ddp import data_parallel_guard, use_unrepeated_eval_sampler
 from .core.dist_ckpt import is_distributed_checkpoint
 from .core.errors import CheckpointError, ConfigError, LitIclrError, check_writable, run_folder_error, write_problem
 from .core.hub import read_checkpoint
@@ -169,8 +170,11 @@ class LitIclrCLI(LightningCLI):
             return {}
 
     def _run_subcommand(self, subcommand: str) -> None:
+        use_unrepeated_eval_sampler(self.trainer)  # each validation/test sample once under DDP (core/ddp.py)
         try:
-            super()._run_subcommand(subcommand)
+            # one-process methods refused before any process is launched; a collective timeout names the rank
+            with data_parallel_guard(self.trainer, self.model if subcommand != "prepare" else None):
+                super()._run_subcommand(subcommand)
         except RuntimeError as e:
             error = shape_error(e, self.model, self.datamodule, getattr(self.trainer, "global_step", 1))
             if error is None:
