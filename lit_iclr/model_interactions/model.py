@@ -42,3 +42,37 @@ class TinyLM(nn.Module):
             nxt = torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator)
             ids = torch.cat([ids, nxt], 1)
         return ids[:, 1:]
+
+
+class HFEntityLM(nn.Module):
+    """An entity LM that is a Hugging Face causal LM (the paper's OPT-350M / Llama-3.2-1B), with TinyLM's interface.
+
+    `path` is a model folder: its weights when it has them, else (on the meta device, for `cli.py plan`) the architecture
+    of its published config.json (`lit_iclr/core/hf_arch.py`)."""
+
+    def __init__(self, path: str, require_weights: bool = True):
+        super().__init__()
+        from lit_iclr.core.hf_arch import causal_lm
+
+        self.lm = causal_lm(path, require_weights_off_meta=require_weights)
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """Final states (B, T, d) as the LM head reads them (OPT-350M: after its 1024 -> 512 projection)."""
+        return self.lm.base_model(input_ids=ids).last_hidden_state
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        return self.lm.get_output_embeddings()(h)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids).logits
+
+    @torch.no_grad()
+    def sample(self, n: int, length: int, bos_id: int, temperature: float = 1.0,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        device = self.lm.get_output_embeddings().weight.device
+        ids = torch.full((n, 1), bos_id, dtype=torch.long, device=device)
+        for _ in range(length):
+            logits = self(ids)[:, -1] / temperature
+            nxt = torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator)
+            ids = torch.cat([ids, nxt], 1)
+        return ids[:, 1:]

@@ -15,17 +15,19 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 
+from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.module import BaseModule
 
 from .data import write_pool
 from .homogenisation import pairwise_cka, pairwise_js
-from .model import TinyLM
+from .model import HFEntityLM, TinyLM
 
 
 class InteractionLM(BaseModule):
     def __init__(self, vocab_size: int, num_entities: int = 2, max_positions: int = 64, d_model: int = 64,
                  num_layers: int = 2, num_heads: int = 4, optimizer: OptimizerCallable = torch.optim.AdamW,
-                 synthetic_sequences: int = 128, temperature: float = 1.0, seed: int = 0):
+                 synthetic_sequences: int = 128, temperature: float = 1.0, seed: int = 0,
+                 hf_models: list[str] | None = None):
         """
         Args:
             vocab_size: Tokenizer size (linked from the data).
@@ -38,12 +40,21 @@ class InteractionLM(BaseModule):
             synthetic_sequences: Samples every model publishes after each generation.
             temperature: Sampling temperature of the published samples.
             seed: Seed of the sampling generator (with the generation index, so a resumed run samples the same corpus).
+            hf_models: One Hugging Face model folder per entity (the paper's OPT-350M and Llama-3.2-1B) instead of the
+                tiny LMs (d_model, num_layers, num_heads unused); a folder with only config.json builds the architecture
+                on the meta device (`cli.py plan`). Token ids must lie below every model's vocabulary.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
-        self.models = nn.ModuleList(TinyLM(vocab_size, max_positions, d_model, num_layers, num_heads)
-                                    for _ in range(num_entities))
+        if hf_models is not None:
+            if len(hf_models) != num_entities:
+                raise ConfigError(f"model.init_args.hf_models names {len(hf_models)} models for {num_entities} entities "
+                                  f"(data.init_args.topics): give one model folder per entity")
+            self.models = nn.ModuleList(HFEntityLM(p) for p in hf_models)
+        else:
+            self.models = nn.ModuleList(TinyLM(vocab_size, max_positions, d_model, num_layers, num_heads)
+                                        for _ in range(num_entities))
         self.history: list[dict] = []
         self._val: dict = {}
 
@@ -51,7 +62,7 @@ class InteractionLM(BaseModule):
         return self.optimizer(self.parameters())
 
     @staticmethod
-    def token_nll(model: TinyLM, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def token_nll(model: TinyLM | HFEntityLM, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token next-token NLL (B, T-1) and the logits (B, T, V)."""
         logits = model(ids)
         nll = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
