@@ -16,7 +16,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import ResumableDataLoader, random_state_kept
 
 from . import generate
 from .cub import read_cub
@@ -145,7 +145,8 @@ class CUBConcepts(_ConceptData):
             if self.in_chans != 1:
                 raise DatasetFormatError(self.path, "Fashion-MNIST pretraining makes a grey backbone only",
                                          "set embed_checkpoint to local RGB weights, or in_chans: 1")
-            pretrain_on_fashion_mnist(self.embed_backbone, self.embed_pretrain_steps, weights, canvas=self.image_size)
+            with random_state_kept():  # it seeds the global generators
+                pretrain_on_fashion_mnist(self.embed_backbone, self.embed_pretrain_steps, weights, canvas=self.image_size)
 
     def _load_images(self, paths: list[Path]) -> np.ndarray:
         mode = "L" if self.in_chans == 1 else "RGB"
@@ -176,28 +177,33 @@ class CUBConcepts(_ConceptData):
         if cache.exists():
             tensors = torch.load(cache, weights_only=True)
         else:
-            data = read_cub(self.path, self.splits, self.min_class_count)
-            self._check_sizes(self.path, len(data.concept_names), data.num_classes)
-            tensors = {}
-            for s in SPLITS:
-                sp = data.splits[s]
-                images = self._load_images(sp.paths)
-                if self.embed_backbone is not None:
-                    x = embed_images(images, self.embed_backbone, self.in_chans, self.embed_stages, self.embed_grid,
-                                     self._backbone_weights())
-                else:
-                    x = torch.from_numpy(images).float() / 255.0
-                    x = normalize(x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2))
-                tensors[s] = {"x": x, "c": torch.from_numpy(sp.concepts).float(), "y": torch.from_numpy(sp.labels)}
-            if self.embed_backbone is not None:  # standardise features with training statistics
-                mean, std = tensors["train"]["x"].mean(0), tensors["train"]["x"].std(0).clamp_min(1e-6)
-                for s in SPLITS:
-                    tensors[s]["x"] = (tensors[s]["x"] - mean) / std
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
-            torch.save(tensors, tmp)
-            tmp.replace(cache)
+            with random_state_kept():  # the backbone's random init: a run that embeds trains as one finding the cache
+                tensors = self._embed_all(cache)
         self.sets = {s: ConceptDataset(**tensors[s]) for s in SPLITS}
+
+    def _embed_all(self, cache: Path) -> dict:
+        data = read_cub(self.path, self.splits, self.min_class_count)
+        self._check_sizes(self.path, len(data.concept_names), data.num_classes)
+        tensors = {}
+        for s in SPLITS:
+            sp = data.splits[s]
+            images = self._load_images(sp.paths)
+            if self.embed_backbone is not None:
+                x = embed_images(images, self.embed_backbone, self.in_chans, self.embed_stages, self.embed_grid,
+                                 self._backbone_weights())
+            else:
+                x = torch.from_numpy(images).float() / 255.0
+                x = normalize(x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2))
+            tensors[s] = {"x": x, "c": torch.from_numpy(sp.concepts).float(), "y": torch.from_numpy(sp.labels)}
+        if self.embed_backbone is not None:  # standardise features with training statistics
+            mean, std = tensors["train"]["x"].mean(0), tensors["train"]["x"].std(0).clamp_min(1e-6)
+            for s in SPLITS:
+                tensors[s]["x"] = (tensors[s]["x"] - mean) / std
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        torch.save(tensors, tmp)
+        tmp.replace(cache)
+        return tensors
 
     def describe(self) -> str:
         what = "generated CUB-format Fashion-MNIST scenes" if self.root is None else "CUB-200-2011"

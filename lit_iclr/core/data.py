@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import lightning as L
 
 from .errors import ConfigError, DatasetNotFoundError, write_problem
+from .loader import random_state_kept
 
 STALE_FOREIGN_SECONDS = 24 * 3600  # a temporary folder of another host is removed only when this old
 
@@ -94,7 +95,7 @@ def ensure_generated(path: str | Path, generate: Callable[[Path], None]) -> Path
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_dir(path) as tmp:
+            with atomic_dir(path) as tmp, random_state_kept():  # generating leaves the training's random stream as is
                 generate(tmp)
         except OSError as e:  # a read-only data/ (or a full disk): one line, and atomic_dir left nothing behind
             problem = write_problem(e)

@@ -11,6 +11,7 @@ import math
 import os
 import random
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,19 @@ class RandomState(Callback):
         random.setstate(_tuples(state["python"]))
         kind, keys, pos, has_gauss, gauss = state["numpy"]
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+
+
+@contextmanager
+def random_state_kept():
+    """Run a block (a dataset's generation) without changing the torch (CPU), numpy or python random state after it:
+    a run that generates its data then trains on the same random stream as one that finds the data cached."""
+    torch_state, np_state, py_state = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        np.random.set_state(np_state)
+        random.setstate(py_state)
 
 
 def _tuples(value):
