@@ -44,8 +44,11 @@ def moe_config(arch: str = "qwen2_moe", vocab_size: int = 4096, hidden_size: int
     raise ConfigError(f"unknown architecture {arch!r}; choose from {', '.join(a for a in ARCHS if a != 'deepseek_v3')}")
 
 
-def build_moe_lm(pretrained: str | None = None, experts_implementation: str = "eager", **sizes) -> nn.Module:
-    """A randomly initialised causal LM of `moe_config(**sizes)`, or the local HF checkpoint folder `pretrained`.
+def build_moe_lm(pretrained: str | None = None, experts_implementation: str = "eager", hf_config: str | None = None,
+                 **sizes) -> nn.Module:
+    """A randomly initialised causal LM of `moe_config(**sizes)`, or of the published `config.json` in the folder
+    `hf_config` (e.g. DeepSeek-MoE-16B at full size, built on whatever device is current, meta included), or the
+    local HF checkpoint folder `pretrained`.
 
     `experts_implementation` picks transformers' kernel for fused experts ("eager" loops over the experts hit, the
     fastest on CPU; "grouped_mm" / "batched_mm" suit GPUs).
@@ -54,6 +57,10 @@ def build_moe_lm(pretrained: str | None = None, experts_implementation: str = "e
 
     if pretrained:
         return load_pretrained(pretrained)
+    if hf_config:
+        from lit_iclr.core.moe.published import published_model
+
+        return published_model(hf_config, experts_implementation)
     model = AutoModelForCausalLM.from_config(moe_config(**sizes), experts_implementation=experts_implementation)
     check_moe(model)
     return model

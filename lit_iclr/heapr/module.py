@@ -53,7 +53,7 @@ class HEAPrLM(BaseModule):
     def __init__(self, vocab_size: int = 2048, arch: str = "qwen2_moe", hidden_size: int = 128, num_layers: int = 4,
                  num_heads: int = 4, num_kv_heads: int = 2, num_experts: int = 8, top_k: int = 2,
                  expert_width: int = 64, shared_width: int = 128, max_positions: int = 512,
-                 pretrained: str | None = None, experts_implementation: str = "eager",
+                 pretrained: str | None = None, hf_config: str | None = None, experts_implementation: str = "eager",
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.01),
                  warmup_steps: int = 30,
                  aux_loss_coef: float = 0.01, prune_ratio: float = 0.25, prune_method: str = "heapr",
@@ -76,6 +76,9 @@ class HEAPrLM(BaseModule):
             max_positions: Longest sequence (rotary positions).
             pretrained: Local Hugging Face checkpoint folder (safetensors; a pruned compact folder works too) to load
                 instead of building a random model; the sizes above are then ignored.
+            hf_config: Folder holding a published model's config.json (e.g. configs/paper/hf/deepseek-moe-16b-base):
+                that architecture at full size with random weights, no checkpoint (paper-scale configs, `cli.py
+                plan`); the sizes above and vocab_size are then ignored. `pretrained` takes precedence.
             experts_implementation: transformers' kernel for the fused experts while training: eager (fastest on
                 CPU), grouped_mm or batched_mm (GPU).
             optimizer: Optimizer factory.
@@ -127,7 +130,8 @@ class HEAPrLM(BaseModule):
         if self.model is not None:
             return
         h = self.hparams
-        self.model = build_moe_lm(h.pretrained, h.experts_implementation, arch=h.arch, vocab_size=h.vocab_size,
+        self.model = build_moe_lm(h.pretrained, h.experts_implementation, h.get("hf_config"), arch=h.arch,
+                                  vocab_size=h.vocab_size,
                                   hidden_size=h.hidden_size,
                                   num_layers=h.num_layers, num_heads=h.num_heads, num_kv_heads=h.num_kv_heads,
                                   num_experts=h.num_experts, top_k=h.top_k, expert_width=h.expert_width,

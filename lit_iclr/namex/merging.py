@@ -161,8 +161,9 @@ class ExpertMerger(nn.Module):
 
     def nash_alpha(self, tau: DomainVectors) -> Tensor:
         """Nash bargaining weights (U|1, n) of the domain vectors (stop-gradient, as in Nash-MTL)."""
-        calls = int(self.nash_calls) - (1 if self.training and replaying() else 0)  # a replay repeats the last call
-        refresh = self.nash_every <= 1 or (self.training and calls % self.nash_every == 0)
+        # the call count is read on the host only when the schedule needs it (nash_every > 1; never on meta tensors)
+        refresh = self.nash_every <= 1 or (
+            self.training and (int(self.nash_calls) - (1 if replaying() else 0)) % self.nash_every == 0)  # a replay
         if not refresh:
             return self.alpha_cache.to(tau.experts.device, tau.dtype).unsqueeze(0)
         G = tau.gram()                                                       # Gram matrix [tau_i . tau_j]

@@ -289,7 +289,8 @@ class NAMExHFCausalLM(PerplexityModule):
     buffers per device) is printed by rank 0.
     """
 
-    def __init__(self, checkpoint: str | None = None, arch: str = "qwen2_moe", vocab_size: int = 2048,
+    def __init__(self, checkpoint: str | None = None, hf_config: str | None = None, arch: str = "qwen2_moe",
+                 vocab_size: int = 2048,
                  merge: MergeOptions | None = None, warmup_frac: float = 0.05, activation_checkpointing: bool = False,
                  shard_experts: bool = False, param_dtype: str | None = None, reduce_dtype: str | None = None,
                  optimizer: OptimizerCallable = _default_optimizer):
@@ -297,6 +298,9 @@ class NAMExHFCausalLM(PerplexityModule):
         Args:
             checkpoint: Local Hugging Face checkpoint folder (safetensors); null builds a tiny random `arch` model
                 with the corpus' vocabulary (tests, smoke runs).
+            hf_config: Folder holding a published model's config.json (e.g. configs/paper/hf/Qwen1.5-MoE-A2.7B): that
+                architecture at full size with random weights (paper-scale configs, `cli.py plan`); `checkpoint` takes
+                precedence.
             arch: Tiny architecture when checkpoint is null: qwen2_moe, mixtral, deepseek_v2, deepseek_v3, deepseek.
             vocab_size: Vocabulary of the tiny model (linked from the corpus); a checkpoint keeps its own.
             merge: Merging options (mode smear/camex/ep_camex/namex; `segment` tokens per merge unit).
@@ -325,6 +329,10 @@ class NAMExHFCausalLM(PerplexityModule):
         hp = self.hparams
         if hp.checkpoint:
             self.net = load_pretrained(hp.checkpoint)
+        elif hp.get("hf_config"):
+            from lit_iclr.core.moe.published import published_model
+
+            self.net = published_model(hp.hf_config)
         else:
             self.net = tiny_model(hp.arch, vocab_size=hp.vocab_size)
         self.net.train(self.training)
