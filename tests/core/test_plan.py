@@ -195,3 +195,30 @@ def test_cli_plan_errors_are_one_line(toy_config, monkeypatch, capsys):
         main(["plan", "--config", toy_config])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tests/core/plan.py is missing" in err
+
+
+def test_the_moe_closed_form_is_the_memory_of_a_plan():
+    from types import SimpleNamespace
+
+    from lit_iclr.core.moe import memory as M
+
+    cfg = M.PRESETS["qwen1.5-moe-a2.7b"]
+    opts = SimpleNamespace(segment=16, mode="namex", beta_abs=0.0, beta_phase=0.3927, chunk=None, chain_state="weights")
+    fsdp = M.plan_terms(cfg, Strategy("fsdp", 8), 1, 2048, "bf16-mixed", True, opts)
+    direct = M.plan(cfg, 8, 1, 2048, 16, "namex", chain_state="weights")
+    assert fsdp == {k: v for k, v in direct.items() if k != "total"}
+    ddp = M.plan_terms(cfg, Strategy("ddp", 8), 1, 2048, "bf16-mixed", True, opts)
+    n = M.shape_of(cfg).params
+    assert ddp["weights"] == 4 * n and ddp["gathered"] == 0 and ddp["ddp buckets"] == ddp["gradients"] == 4 * n
+    true16 = M.plan_terms(cfg, Strategy("fsdp", 8), 1, 2048, "bf16-true", True, opts)
+    assert true16["optimizer"] == fsdp["optimizer"] / 2
+    # a module wrapping an HF MoE: the plan takes its memory from the closed form (merge options, (B, T) of the batch)
+    module = torch.nn.Module()
+    module.net = SimpleNamespace(config=cfg, modules=lambda: [])
+    module.merge = opts
+    batch = {"input_ids": torch.zeros(2, 1024, dtype=torch.long, device="meta")}
+    hooks = SimpleNamespace(memory=M.memory_hook, step_loss=None)
+    terms = P.memory_per_device(module, batch, "fsdp", 8, "bf16-mixed", hooks=hooks)
+    expected = M.plan_terms(cfg, Strategy("fsdp", 8), 2, 1024, "bf16-mixed", False, opts)
+    assert terms["total"] == pytest.approx(sum(expected.values()))
+    assert M.memory_hook(torch.nn.Linear(2, 2), batch, Strategy("ddp", 1), 1, "32-true") is None

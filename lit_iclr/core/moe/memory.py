@@ -30,9 +30,12 @@ chain_state `coefficients` (EP-CAMEx / NAMEx in the expert basis, `lit_iclr.name
     merged       2 c P p                      one chunk's merged weights and their gradient (c = chunk, else U),
                                               transient: rebuilt in the backward
 
-`plan(config, devices, ...)` returns these terms in bytes; `format_plan` renders a table; `plan_for_run(module)`
-prints the plan of a running NAMEx fine-tune (rank 0, before the first step). PRESETS holds the public configurations
-of DeepSeek-MoE-16B and Qwen1.5-MoE-A2.7B (from their config.json files), so the plan needs no download:
+This closed form is the MoE case of `cli.py plan` (`core/plan.py`): a method's plan.py returns `memory_hook` as its
+`memory`, and the plan shows these terms (under its strategy and precision, `plan_terms`) next to its measured
+parameters and FLOPs. `plan(config, devices, ...)` returns the terms in bytes; `format_plan` renders a table;
+`plan_for_run(module)` prints the plan of a running NAMEx fine-tune (rank 0, before the first step). PRESETS holds the
+public configurations of DeepSeek-MoE-16B and Qwen1.5-MoE-A2.7B (from their config.json files), so the formula needs no
+download; the module's command line prints just this table for a preset:
 
     python -m lit_iclr.core.moe.memory --model qwen1.5-moe-a2.7b --devices 8 --seq-len 2048 --segment 16
 """
@@ -146,6 +149,48 @@ def format_plan(name: str, terms: dict[str, float], devices: int, capacity_gib: 
     if capacity_gib is not None:
         fit = f"\n\n{'fits' if terms['total'] / GiB <= capacity_gib else 'does NOT fit'} in {capacity_gib:.1f} GiB per device"
     return f"memory plan: {name} on {devices} device(s), per device\n\n| term | {unit} |\n|---|---:|\n{rows}{fit}"
+
+
+def plan_terms(cfg, strategy, batch: int = 1, seq_len: int = 2048, precision: str = "bf16-mixed",
+               activation_checkpointing: bool = True, options=None, chain_state: str | None = None) -> dict[str, float]:
+    """The formula as the memory of `cli.py plan` (`core/plan.py`): its terms for the plan's `strategy` (a
+    `core.plan_memory.Strategy`). FSDP shards over the devices of a node (HSDP replicates across nodes); DDP and one
+    device hold full copies (no gathered layer) and DDP adds its gradient buckets. `options`: the module's MergeOptions
+    (None: a plain fine-tune, no merging terms). `*-true` 16-bit precisions store weights, gradients and Adam state in
+    2 bytes instead of the fp32 master copy."""
+    o = options
+    kind, shards = getattr(strategy, "kind", "fsdp"), getattr(strategy, "shards", 1)
+    compute = 2 if "16" in str(precision) else 4
+    terms = plan(cfg, shards, batch, seq_len, getattr(o, "segment", None), getattr(o, "mode", "none"),
+                 getattr(o, "beta_abs", 0.0), getattr(o, "beta_phase", 0.3927), getattr(o, "chunk", None),
+                 activation_checkpointing, compute, chain_state or getattr(o, "chain_state", "weights"))
+    del terms["total"]
+    if "true" in str(precision) and compute == 2:
+        for k in ("weights", "gradients", "optimizer"):
+            terms[k] /= 2
+    if kind != "fsdp" or shards == 1:
+        terms["gathered"] = 0.0
+    if kind == "ddp":
+        terms["ddp buckets"] = terms["gradients"]
+    return terms
+
+
+def memory_hook(module, batch, strategy, devices, precision) -> dict[str, float] | None:
+    """A method plan.py's `memory` for a module wrapping a Hugging Face MoE (NAMExHFCausalLM's `net`, or a `model`):
+    the formula with the module's config, merge options and activation checkpointing, the batch's (B, T) token ids.
+    None (measure instead) when the module holds no MoE config the formula knows."""
+    net = getattr(module, "net", None) or getattr(module, "model", None)
+    cfg = getattr(net, "config", None)
+    if cfg is None or not (_get(cfg, "num_experts") or _get(cfg, "n_routed_experts") or _get(cfg, "num_local_experts")):
+        return None
+    tokens = batch.get("input_ids") if isinstance(batch, dict) else batch
+    if not hasattr(tokens, "shape") or len(tokens.shape) != 2:
+        return None
+    hp = getattr(module, "hparams", {}) or {}
+    options = getattr(module, "merge", None)
+    state = _resolved_chain_state(net, options) if options is not None else None
+    return plan_terms(cfg, strategy, tokens.shape[0], tokens.shape[1], precision,
+                      bool(hp.get("activation_checkpointing")), options, state)
 
 
 def _resolved_chain_state(model, options) -> str:
