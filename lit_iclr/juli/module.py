@@ -10,6 +10,9 @@ speed.
 """
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 
@@ -62,9 +65,19 @@ class JULI(BaseModule):
         if self.adapters is not None:
             self.adapters.attach()
             return
+        from lit_iclr.core import hf_arch
         from lit_iclr.core.llm import load_causal_lm
 
-        model, tokenizer = load_causal_lm(self.hparams.lm_path)
+        path = self.hparams.lm_path
+        if (path is not None and (Path(path) / "config.json").is_file() and not hf_arch.has_weights(path)
+                and hf_arch.default_device().type == "meta"):
+            # `cli.py plan`: the target's published architecture (configs/paper/hf/...), no weights and no tokenizer
+            model = hf_arch.causal_lm(path)
+            eos = model.config.eos_token_id
+            eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+            tokenizer = SimpleNamespace(eos_token_id=eos, pad_token_id=model.config.pad_token_id)
+        else:
+            model, tokenizer = load_causal_lm(path)
         model.requires_grad_(False)
         self.target = [model, tokenizer]  # a list: the frozen target is not this module's state (nor checkpointed)
         self.adapters = LoRAAdapters(model, tuple(self.hparams.lora_targets), self.hparams.lora_rank,
