@@ -510,6 +510,10 @@ class EvidenceVQA(BaseDataModule):
         self.splits = {s: (splits or {}).get(s, s) for s in SPLITS}
         if answer_vocab is None and root is None:
             answer_vocab = list(FASHION_MNIST_CLASSES)
+        elif answer_vocab is None and not Path(root).expanduser().exists():
+            # a root that is not here (a cluster path under `cli.py plan`): max_answers placeholder classes for the
+            # sizes; prepare_data says the root is missing before anything trains or tests
+            answer_vocab = [f"answer {i}" for i in range(max_answers or 1)]
         elif answer_vocab is None:  # a real root: its training labels (the jsonl or json only; no image is read)
             answer_vocab = self._train_answers(Path(root).expanduser(), self.splits["train"])
         vocab = list(dict.fromkeys(normalize_answer(a) for a in answer_vocab))

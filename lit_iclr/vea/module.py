@@ -28,7 +28,8 @@ class VEAModule(BaseModule):
                  min_overlap: float = 0.5, variants: list[str] = analysis.VARIANTS, control_seed: int = 0,
                  one_cycle: bool = True, vision_pretrain_steps: int = 0, vision_pretrain_seed: int = 0,
                  freeze_vision: bool = False, vision_cache: str | None = "data/vea_vision", question_first: bool = False,
-                 optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)):
+                 optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05),
+                 hf_model: str | None = None):
         """
         Args:
             num_answers: Answer classes (linked from the data).
@@ -61,6 +62,9 @@ class VEAModule(BaseModule):
             question_first: Sequence [question; image; ANSWER] instead of [image; question; ANSWER] (image tokens see the
                 question, question tokens cannot see the image: the lookup happens at the ANSWER position).
             optimizer: Optimizer of the compact VLM.
+            hf_model: A Hugging Face VLM folder (the paper's LLaVA-1.5-7B: configs/paper/hf/llava-1.5-7b-hf), built in
+                `configure_model` as `hf_vlm` for `hf.py`'s `image_attention` / `vea_answer` (training-free); a folder
+                with only config.json builds the architecture on the meta device (`cli.py plan`). null: none.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -75,6 +79,12 @@ class VEAModule(BaseModule):
             self.vlm.vision.requires_grad_(False)
         self.test_results: dict = {}
         self.vision_item_acc = float("nan")  # held-out item accuracy of the pretrained tower (fit only)
+
+    def configure_model(self) -> None:
+        if self.hparams.hf_model is not None and getattr(self, "hf_vlm", None) is None:
+            from lit_iclr.core.hf_arch import build
+
+            self.hf_vlm = build(self.hparams.hf_model, "AutoModelForImageTextToText").requires_grad_(False)
 
     def setup(self, stage: str) -> None:
         # before Lightning restores a checkpoint (which then overwrites these weights on resume)
