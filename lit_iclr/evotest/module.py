@@ -119,6 +119,18 @@ class EvoTest(BaseModule):
             kw.update(theta=self.theta, gamma=hp.q_gamma)
         self.agent = make_agent(hp.agent, **kw)
 
+    def configure_model(self) -> None:
+        """On the meta device (`cli.py plan`) with an LM actor whose `lm_path` holds only a published config.json
+        (configs/paper/hf/...): the actor LM's architecture as `actor_lm`, so the plan counts its parameters and the
+        forward of a step. Real runs load the actor in `build` and never reach this."""
+        from lit_iclr.core import hf_arch
+
+        path = self.hparams.lm_path
+        if (self.hparams.actor == "lm" and path is not None and (Path(path) / "config.json").is_file()
+                and not hf_arch.has_weights(path) and hf_arch.default_device().type == "meta"
+                and getattr(self, "actor_lm", None) is None):
+            self.actor_lm = hf_arch.causal_lm(path).requires_grad_(False)
+
     def setup(self, stage: str) -> None:
         if self.agent is None:
             self.build()
