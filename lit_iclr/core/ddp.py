@@ -33,6 +33,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from .errors import ConfigError, LitIclrError
 
 DEFAULT_TIMEOUT_S = 300.0  # 5 minutes: one step of any twin or paper config on one device is far shorter
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 1800.0  # torch's default for starting the group: nodes of a job start minutes apart
 
 
 class CollectiveTimeoutError(LitIclrError, RuntimeError):
@@ -68,12 +69,29 @@ class DDPStrategy(_LightningDDP):
 
     Args:
         timeout_s: Seconds a collective may wait for the other ranks before it fails (Lightning's default: 1800).
+        timeout: The same as a `timedelta` (wins over `timeout_s` when given).
+        rendezvous_timeout_s: Seconds the processes may take to find each other when the group starts (a slow
+            node start is not a hang).
         **kwargs: Lightning's `DDPStrategy` arguments (`find_unused_parameters`, `process_group_backend`, ...).
     """
 
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any):
-        kwargs.setdefault("timeout", timedelta(seconds=float(timeout_s)))
-        super().__init__(**kwargs)
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, timeout: timedelta | None = None,
+                 rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S, **kwargs: Any):
+        super().__init__(timeout=timeout if timeout is not None else timedelta(seconds=float(timeout_s)), **kwargs)
+        self.rendezvous_timeout = timedelta(seconds=float(rendezvous_timeout_s))
+
+    def setup_distributed(self) -> None:
+        """Rendezvous under `rendezvous_timeout_s` (processes and nodes start at different times), then every
+        collective under `timeout_s`."""
+        import torch.distributed as dist
+
+        timeout, self._timeout = self._timeout, max(self._timeout or self.rendezvous_timeout, self.rendezvous_timeout)
+        try:
+            super().setup_distributed()
+        finally:
+            self._timeout = timeout
+        if timeout is not None and dist.is_initialized():
+            dist.set_timeout(timeout)
 
     @property
     def timeout_s(self) -> float:
@@ -123,22 +141,38 @@ def _missing_ranks(rank: int, world: int, grace_s: float = 3.0) -> list[int] | N
 
 def collective_timeout(trainer: Any, error: BaseException) -> CollectiveTimeoutError | None:
     """A one-line `CollectiveTimeoutError` naming this rank (and the ranks that never arrived) when `error` is a
-    process-group timeout of a multi-process run; else None."""
+    process-group timeout, or a peer lost during a collective, of a multi-process run; else None."""
     world = world_size(trainer)
     if world <= 1 or not _is_collective_timeout(error):
         return None
     rank = int(getattr(trainer, "global_rank", 0))
     timeout = getattr(trainer.strategy, "_timeout", None)
     limit = f"{timeout.total_seconds():g} s" if timeout is not None else "the process-group timeout"
-    missing = _missing_ranks(rank, world)
-    who = (f"rank(s) {', '.join(map(str, missing))} never reached it" if missing else
-           "every rank reached a collective, but not the same one (ranks took different code paths)" if missing == []
-           else "another rank never reached it")
     first = str(error).strip().splitlines()[0][:160]
+    if re.search(r"closed by peer|reset by peer", str(error), re.IGNORECASE):
+        what = "a collective failed: another rank stopped during it (it crashed, timed out or was killed; see its error)"
+    else:
+        missing = _missing_ranks(rank, world)
+        who = (f"rank(s) {', '.join(map(str, missing))} never reached it" if missing else
+               "every rank reached a collective, but not the same one (ranks took different code paths)"
+               if missing == [] else "another rank never reached it")
+        what = f"a collective did not complete within {limit}: {who}"
     return CollectiveTimeoutError(
-        f"rank {rank} of {world}: a collective did not complete within {limit}: {who} ({first}); fix: make every rank "
-        "run the same collectives (same number of batches and steps, no rank-dependent `self.log(sync_dist=True)` or "
-        "early return), or raise `timeout_s` of the strategy (configs/trainer/ddp.yaml) if one step takes that long")
+        f"rank {rank} of {world}: {what} ({first}); fix: make every rank run the same collectives (same number of "
+        "batches and steps, no rank-dependent `self.log(sync_dist=True)` or early return), or raise `timeout_s` of the "
+        "strategy (configs/trainer/ddp.yaml) if one step takes that long")
+
+
+def _stop_launched_ranks(trainer: Any) -> None:
+    """Kill the ranks this process launched (Lightning's `popen` launcher leaves them running after an error other than
+    Ctrl-C, so a rank stuck outside any collective would never end). SLURM and torchrun stop the others themselves."""
+    import signal
+
+    from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
+    launcher = getattr(trainer.strategy, "launcher", None)
+    if isinstance(launcher, _SubprocessScriptLauncher) and getattr(trainer, "global_rank", 0) == 0:
+        launcher.kill(signal.SIGKILL)
 
 
 @contextmanager
@@ -153,6 +187,7 @@ def data_parallel_guard(trainer: Any, model: Any):
         error = collective_timeout(trainer, e)
         if error is None:
             raise
+        _stop_launched_ranks(trainer)
         raise error from e
 
 

@@ -1,9 +1,14 @@
 """Real DDP with 2 CPU processes (gloo): ranks agree, and training equals one process with the same global batch."""
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
+
+from lit_iclr.cli import main
+from tests.core.toy import ToyRegression
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
@@ -27,3 +32,53 @@ def test_ddp_two_processes_match_one_process(tmp_path):
     # the runs did train: parameters moved away from the seeded initialisation
     init = torch.load(tmp_path / "devices1_rank0.pt", weights_only=True)["state"]["net.2.bias"]
     assert init.abs().sum() > 0
+
+
+def test_rank_skipping_a_collective_fails_within_the_timeout_naming_the_rank(tmp_path):
+    """Rank 1 never reaches an all-reduce of rank 0 (it sleeps 120 s): with `timeout_s: 5` the run ends with one line
+    naming rank 0 (waiting) and rank 1 (missing) a few seconds after rank 0 began to wait, and rank 1 is stopped."""
+    proc = subprocess.run([sys.executable, str(WORKER), str(tmp_path), "2", "4", "skip"], capture_output=True, text=True,
+                          timeout=240, cwd=WORKER.parents[2])
+    ended = time.time()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lit-iclr: error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]  # rank 1 was stopped, not left to fail on its own later
+    assert "rank 0 of 2: a collective did not complete within 5 s: rank(s) 1 never reached it" in lines[0]
+    waited = ended - float((tmp_path / "entered").read_text())
+    assert 5 <= waited < 5 + 30, waited  # the timeout, the 3 s look for the other ranks, the process's exit
+
+
+def test_one_process_method_is_refused_before_processes_start(tmp_path, capsys):
+    """A method with `single_process_reason` on 2 devices: one line naming it, the reason and the fix, before
+    anything is launched; on one device it trains."""
+    args = ["fit", "--model", "tests.core.test_ddp.OneProcessToy", "--data", "ToyData", "--data.init_args.data_dir",
+            str(tmp_path / "data"), "--trainer.accelerator", "cpu", "--trainer.max_steps", "1",
+            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path / "run")]
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--config", "configs/trainer/ddp.yaml", "--trainer.devices", "2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("lit-iclr: error: OneProcessToy runs on one process only (a toy stream: each update needs "
+                          "the previous one), but the trainer asks for 2 processes")
+    assert "--trainer.devices 1 --trainer.num_nodes 1" in err
+    assert not (tmp_path / "data").exists()  # refused before the data was made
+    cli = main([*args, "--trainer.devices", "1"])
+    assert cli.trainer.global_step == 1
+
+
+def test_ddp_overlay_and_names_get_the_platform_timeout():
+    from datetime import timedelta
+
+    from lightning.pytorch import Trainer
+
+    from lit_iclr.core.ddp import DDPStrategy
+
+    for name, unused in (("ddp", False), ("ddp_find_unused_parameters_true", True)):
+        t = Trainer(strategy=name, accelerator="cpu", devices=2, logger=False, enable_checkpointing=False)
+        assert type(t.strategy) is DDPStrategy and t.strategy._timeout == timedelta(minutes=5)
+        assert t.strategy._ddp_kwargs.get("find_unused_parameters", False) is unused
+    assert DDPStrategy(timeout_s=7)._timeout == timedelta(seconds=7)
+
+
+class OneProcessToy(ToyRegression):
+    single_process_reason = "a toy stream: each update needs the previous one"
