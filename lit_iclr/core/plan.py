@@ -154,22 +154,25 @@ def count_params(module: torch.nn.Module) -> dict:
     return {"total": total, "trainable": trainable, "per_group": per_group}
 
 
-def _loss_and_backward(module, batch, step_loss) -> torch.Tensor | None:
-    loss = step_loss(module, batch)
-    if loss is not None and loss.requires_grad:
-        loss.backward()
-    return loss
-
-
 def step_flops(module, batch, step_loss) -> int:
     """FLOPs of one step (forward + backward; forward only when `step_loss` returns None or a loss without graph) as
     `FlopCounterMode` counts them (matrix products, convolutions and attention; element-wise ops are not counted)."""
+    return measure_step(module, batch, step_loss)[0]
+
+
+def measure_step(module, batch, step_loss) -> tuple[int, dict[str, int], bool]:
+    """(FLOPs, saved-activation bytes as `plan_memory.activation_bytes` counts them, whether the step has a gradient)
+    of one step, from a single forward + backward."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
-        _loss_and_backward(module, batch, step_loss)
+        acts, loss = activation_bytes(module, batch, step_loss, keep_loss=True)
+        gradient = loss is not None
+        if loss is not None and loss.requires_grad:
+            loss.backward()
+    del loss
     module.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops())
+    return int(counter.get_total_flops()), acts, gradient
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -237,7 +240,7 @@ def devices_to_fit(module, batch, strategy: Strategy, precision: str, capacity: 
 _ACT_CACHE: dict[int, tuple] = {}
 
 
-def _memory(module, batch, strategy, precision, hooks) -> dict:
+def _memory(module, batch, strategy, precision, hooks, acts: dict | None = None) -> dict:
     custom = getattr(hooks, "memory", None) if hooks is not None else None
     if custom is not None:
         terms = custom(module, batch, strategy, strategy.devices, precision)
@@ -246,12 +249,12 @@ def _memory(module, batch, strategy, precision, hooks) -> dict:
             terms["total"] = sum(v for k, v in terms.items() if k != "total")
             return terms
     key = id(module)
-    if key not in _ACT_CACHE or _ACT_CACHE[key][0] is not batch:
-        acts = activation_bytes(module, batch, hooks.step_loss)
-        opt = optimizer_state_bytes(module)
+    cached = _ACT_CACHE.get(key)
+    if cached is None or cached[0] is not batch:
+        acts = acts if acts is not None else activation_bytes(module, batch, hooks.step_loss)
         _ACT_CACHE.clear()
-        _ACT_CACHE[key] = (batch, acts, opt)
-    _, acts, opt = _ACT_CACHE[key]
+        _ACT_CACHE[key] = cached = (batch, acts, optimizer_state_bytes(module))
+    _, acts, opt = cached
     return _memory_terms(module, batch, strategy, precision, activations=acts, optimizer=opt)
 
 
@@ -287,14 +290,12 @@ def plan(config_paths: list[str], accelerator_name: str = "H100", mfu: float = 0
     strategy = parse_strategy(trainer_cfg)
     precision = str(trainer_cfg.get("precision") or "32-true")
     t0 = time.perf_counter()
-    flops = step_flops(module, batch, hooks.step_loss)
-    seconds["flops"] = time.perf_counter() - t0
+    flops, acts, gradient = measure_step(module, batch, hooks.step_loss)
+    seconds["step"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    memory = _memory(module, batch, strategy, precision, hooks)
+    memory = _memory(module, batch, strategy, precision, hooks, acts)
     fit = devices_to_fit(module, batch, strategy, precision, acc.memory_bytes, hooks)
     seconds["memory"] = time.perf_counter() - t0
-    gradient = hooks.step_loss(module, batch) is not None
-    module.zero_grad(set_to_none=True)
     paper = dict(getattr(hooks, "PAPER", {}) or {})
     dataset = dict(getattr(hooks, "DATASET", {}) or {})
     accumulate = int(trainer_cfg.get("accumulate_grad_batches") or 1)

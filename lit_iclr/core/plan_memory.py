@@ -85,9 +85,10 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-def activation_bytes(module: torch.nn.Module, batch, step_loss) -> dict[str, int]:
+def activation_bytes(module: torch.nn.Module, batch, step_loss, keep_loss: bool = False):
     """Bytes autograd keeps for the backward of one forward (`step_loss(module, batch)`), split into floating and other
-    tensors: every saved tensor's storage once, leaving out parameters and buffers (they are counted as weights)."""
+    tensors: every saved tensor's storage once, leaving out parameters and buffers (they are counted as weights).
+    With `keep_loss`, (bytes, loss) so the caller can run the backward."""
     excluded = {_storage_key(t) for t in list(module.parameters()) + list(module.buffers())}
     saved: dict[int, tuple[int, bool]] = {}
 
@@ -100,8 +101,11 @@ def activation_bytes(module: torch.nn.Module, batch, step_loss) -> dict[str, int
     module.train()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = step_loss(module, batch)
+    out = {"float": sum(n for n, f in saved.values() if f), "other": sum(n for n, f in saved.values() if not f)}
+    if keep_loss:
+        return out, loss
     del loss
-    return {"float": sum(n for n, f in saved.values() if f), "other": sum(n for n, f in saved.values() if not f)}
+    return out
 
 
 def _optimizers(out) -> list[torch.optim.Optimizer]:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lit_iclr.core import plan as P
-from lit_iclr.core.plan_memory import held_by_forward
+from lit_iclr.core.plan_memory import Strategy, held_by_forward
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs" / "paper").glob("*.yaml"))
@@ -44,8 +44,8 @@ def _batch1(config: str) -> tuple[float, int, dict]:
     module, dm, _, _ = _meta(config)
     hooks = P.method_hooks(module)
     batch = hooks.example_batch(dm, 1, "meta")
-    memory = P.memory_per_device(module, batch, "single", 1, "32-true", hooks=hooks)
-    flops = P.step_flops(module, batch, hooks.step_loss)
+    flops, acts, _ = P.measure_step(module, batch, hooks.step_loss)
+    memory = P._memory(module, batch, Strategy("single", 1), "32-true", hooks, acts)
     return memory["total"], flops, memory
 
 
@@ -53,9 +53,10 @@ def _batch1(config: str) -> tuple[float, int, dict]:
 def test_builds_on_meta_in_seconds_with_the_papers_parameter_count(config):
     module, _, _, seconds = _meta(config)
     assert seconds < META_SECONDS, f"{config}: building on the meta device took {seconds:.1f} s"
-    params = list(module.parameters())
-    assert params, f"{config}: the model has no parameters"
-    assert all(p.device.type == "meta" for p in params), f"{config}: parameters were allocated"
+    # methods without gradient training (bandits, cascades) may have no parameters at all, and a few bytes of
+    # statistics buffers on the CPU; nothing that grows with the paper's sizes is allocated
+    real = {n: t for n, t in [*module.named_parameters(), *module.named_buffers()] if t.device.type != "meta"}
+    assert sum(t.nbytes for t in real.values()) < 2**20, f"{config}: tensors were allocated: {list(real)[:5]}"
     paper = getattr(P.method_hooks(module), "PAPER", {}) or {}
     if paper.get("params"):
         n = P.count_params(module)["total"]
@@ -66,8 +67,10 @@ def test_builds_on_meta_in_seconds_with_the_papers_parameter_count(config):
 @pytest.mark.parametrize("config", CONFIGS)
 def test_plan_counts_flops_and_memory(config):
     p = P.plan([config])
-    assert p.flops > 0, f"{config}: no FLOPs counted"
-    assert p.memory["total"] > 0 and p.memory["weights"] > 0
+    if p.params["total"]:
+        assert p.flops > 0, f"{config}: no FLOPs counted"
+        assert p.memory["weights"] > 0
+    assert p.memory["total"] > 0
     assert p.params["total"] == sum(p.params["per_group"].values())
     text = P.format_plan(p)
     assert "FLOPs" in text and "memory / device" in text
