@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from lit_iclr.core.data import BaseDataModule, ensure_generated
 from lit_iclr.core.errors import DatasetNotFoundError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import ResumableDataLoader, random_state_kept
 
 from .games import GAME_SPECS, ZMachineGame, generate_game
 
@@ -69,7 +69,10 @@ class JTTLGames(BaseDataModule):
         ensure_generated(self.path / self.game, lambda out: generate_game(self.game, out, self.generator_seed))
 
     def setup(self, stage: str | None = None) -> None:
-        ZMachineGame(self.game_file).close()  # bad or scoreless game files fail here, with a clear error
+        # bad or scoreless game files fail here, with a clear error; importing textworld draws from numpy's global
+        # generator, which would shift the training's random stream by whether the import happened before
+        with random_state_kept():
+            ZMachineGame(self.game_file).close()
 
     def train_dataloader(self):
         return ResumableDataLoader(EpisodeIndices(self.episodes), batch_size=1, shuffle=False)
