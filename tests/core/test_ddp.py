@@ -14,7 +14,7 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
 def run(out: Path, devices: int, batch: int) -> None:
-    proc = subprocess.run([sys.executable, str(WORKER), str(out), str(devices), str(batch)], capture_output=True,
+    proc = subprocess.run([sys.executable, str(WORKER), "toy", str(out), str(devices), str(batch)], capture_output=True,
                           text=True, timeout=300, cwd=WORKER.parents[2])
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -37,7 +37,7 @@ def test_ddp_two_processes_match_one_process(tmp_path):
 def test_rank_skipping_a_collective_fails_within_the_timeout_naming_the_rank(tmp_path):
     """Rank 1 never reaches an all-reduce of rank 0 (it sleeps 120 s): with `timeout_s: 5` the run ends with one line
     naming rank 0 (waiting) and rank 1 (missing) a few seconds after rank 0 began to wait, and rank 1 is stopped."""
-    proc = subprocess.run([sys.executable, str(WORKER), str(tmp_path), "2", "4", "skip"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(WORKER), "skip", str(tmp_path)], capture_output=True, text=True,
                           timeout=240, cwd=WORKER.parents[2])
     ended = time.time()
     assert proc.returncode == 2, proc.stderr[-3000:]

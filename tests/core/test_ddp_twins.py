@@ -1,0 +1,43 @@
+"""Every twin config on 2 CPU processes (gloo): one optimiser step of 2 x batch/2 equals 1 x batch, the validation
+metrics of the stepped model equal one process's (each sample counted once, reduced over ranks), or the method refuses
+several processes in one line (`single_process_reason`) before any process starts.
+
+Each config costs three process starts (about 30 s on an idle 2-core machine): the default run covers a gradient
+method (STORM), a bandit-like stream (T-Tamer), JULI's phase-ordered stream and model interactions; every other twin
+is `slow`. The table in seeds/platform.md ("Data-parallel, every method") comes from `pytest -m slow` of this file.
+"""
+from pathlib import Path
+
+import pytest
+
+from tests.core.ddp_worker import compare, first_step
+
+CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml"))
+FAST = {"storm", "ttamer", "juli", "model_interactions"}
+
+
+def _param(name: str):
+    return pytest.param(name, marks=() if name in FAST else pytest.mark.slow, id=name)
+
+
+@pytest.mark.parametrize("config", [_param(c) for c in CONFIGS])
+def test_twin_under_ddp(config, tmp_path):
+    result = first_step(Path(__file__).parents[1] / "configs" / f"{config}.yaml", tmp_path)
+    if result["status"] == "one process":  # refused in one line that names the method, the reason and the fix
+        assert "runs on one process only (" in result["reason"] and "--trainer.devices 1" in result["reason"]
+        return
+    assert result["status"] == "ok", result["reason"] + "\n" + result.get("stderr", "")[-2000:]
+    assert result["single"]["global_step"] == 1 and all(r["global_step"] == 1 for r in result["ranks"])
+    assert not compare(result), compare(result)[:5]
+
+
+def test_compare_catches_a_wrong_step_and_an_unreduced_metric():
+    """The harness's comparison fails on a parameter off by more than float noise and on a rank-0-only metric."""
+    import torch
+
+    one = {"state": {"w": torch.ones(3)}, "metrics": {"val/loss": 1.0}, "world": 1}
+    good = {"state": {"w": torch.ones(3) + 1e-6}, "metrics": {"val/loss": 1.0 + 1e-6}, "world": 2}
+    bad = {"state": {"w": torch.ones(3) * 1.01}, "metrics": {"val/loss": 0.9}, "world": 2}
+    assert compare({"single": one, "ranks": [good, good]}) == []
+    problems = compare({"single": one, "ranks": [good, bad]})
+    assert any("rank 1: parameter w" in p for p in problems) and any("rank 1: val/loss" in p for p in problems)
