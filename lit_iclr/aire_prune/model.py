@@ -59,8 +59,8 @@ def s4d_lin(n: int) -> np.ndarray:
 
 def _log_steps(n: int, dt_min: float, dt_max: float, gen: torch.Generator) -> torch.Tensor:
     """log(Delta) drawn uniformly between log(dt_min) and log(dt_max), one per state (S5) or channel (S4D)."""
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
-    return (u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).float()
+    u = torch.rand(n, generator=gen, dtype=torch.float64, device="cpu")
+    return (u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).float().to(torch.get_default_device())
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -189,9 +189,9 @@ class S5SSM(_DiagonalSSM):
         v = np.zeros((p, keep * blocks), dtype=np.complex128)
         for j in range(blocks):
             v[j * size:(j + 1) * size, j * keep:(j + 1) * keep] = v_b
-        b = torch.randn(p, h, generator=gen, dtype=torch.float64).numpy() / math.sqrt(h)
-        c = (torch.randn(h, p, generator=gen, dtype=torch.float64).numpy()
-             + 1j * torch.randn(h, p, generator=gen, dtype=torch.float64).numpy()) / math.sqrt(p)
+        b = torch.randn(p, h, generator=gen, dtype=torch.float64, device="cpu").numpy() / math.sqrt(h)
+        c = (torch.randn(h, p, generator=gen, dtype=torch.float64, device="cpu").numpy()
+             + 1j * torch.randn(h, p, generator=gen, dtype=torch.float64, device="cpu").numpy()) / math.sqrt(p)
         return lam, v.conj().T @ b, c @ v
 
     @property
