@@ -14,6 +14,10 @@ representation ReIMTS hands to the next level:
   (R, n_ref, D) (per-time); a child gets the parent's z at its own reference times, mixed by a learnable map P
   (r~ = (r^T P)^T) and fused as `z <- z + sigmoid(W r~) * r~` before decoding.
 
+A level whose forecast nothing reads (every level above the finest: only its representation goes down) keeps just
+the encoder of that representation (`drop_decoder`): the modules that only make its forecast would get no gradient,
+which DDP refuses (and they cost compute). Its forward then returns `(None, representation)`.
+
 GraFITi works on the list of edges (segment softmax over each node's edges); mTAN's masked attention is dense over the
 (reference point x time slot x variable) grid. Every op is batched over all sub-samples at once.
 """
@@ -108,6 +112,12 @@ class GraFITi(nn.Module):
         self.out = nn.Linear(3 * d_model, 1)
         self.fusion = GatedFusion(d_model) if fusion else None
 
+    def drop_decoder(self) -> None:
+        """Keep only what the channel embeddings C depend on: the forecast head `out` and the last layer's time and
+        edge updates (which feed only the forecast read from the query edges) are removed."""
+        self.out = None
+        self.time_att, self.edge_nn = self.time_att[:-1], self.edge_nn[:-1]
+
     def forward(self, x, x_mask, x_time, q_time, q_mask, start=None, end=None, parent: Tensor | None = None):
         R, L, V = x.shape
         Q = q_time.shape[1]
@@ -123,11 +133,15 @@ class GraFITi(nn.Module):
         C = self.chan.repeat(R, 1)  # (R*V, D)
         if parent is not None and self.fusion is not None:
             C = self.fusion(C, parent.reshape(R * V, -1))  # E_chan <- E_chan + sigmoid(W r_var) * r_var
-        for chan_att, time_att, edge_nn in zip(self.chan_att, self.time_att, self.edge_nn, strict=True):
+        layers = zip(self.chan_att[:len(self.time_att)], self.time_att, self.edge_nn, strict=True)
+        for chan_att, time_att, edge_nn in layers:
             C_new = chan_att(C, U, g_c, Tn, g_t)  # channel <- its observations and their times
             Tn = time_att(Tn, U, g_t, C, g_c)  # time <- its observations and their channels
             C = C_new
             U = U + torch.relu(edge_nn(torch.cat([U, C[g_c], Tn[g_t]], -1)))
+        if self.out is None:  # representation only (`drop_decoder`): the last layer's channel update is all that is left
+            C = self.chan_att[-1](C, U, g_c, Tn, g_t)
+            return None, C.view(R, V, -1)
         pred = self.out(torch.cat([U[q], C[g_c[q]], Tn[g_t[q]]], -1)).squeeze(-1)
         out = x.new_zeros(R, Q, V)
         out[r[q], ti[q] - L, vi[q]] = pred  # predictions only where a query exists (the rest is masked anyway)
@@ -198,6 +212,10 @@ class MTAN(nn.Module):
         else:
             self.fusion = None
 
+    def drop_decoder(self) -> None:
+        """Keep only the encoder of z: the decoder GRU, its query/key maps and the output head are removed."""
+        self.dec_gru = self.dec_q = self.dec_k = self.out = None
+
     def ref_times(self, start: Tensor, end: Tensor) -> Tensor:
         """(R, n_ref) reference times at the centres of n_ref equal cells of each window."""
         frac = (torch.arange(self.n_ref, device=start.device, dtype=start.dtype) + 0.5) / self.n_ref
@@ -217,6 +235,8 @@ class MTAN(nn.Module):
         if parent is not None and self.fusion is not None:
             r = torch.einsum("rsd,st->rtd", parent, self.P)  # r~ = (r_time^T P)^T
             z = self.fusion(z, r)  # z0 <- z0 + sigmoid(W r~) * r~
+        if self.out is None:  # representation only (`drop_decoder`)
+            return None, z
         # decoder: GRU over z, then attention from the query times to the reference points
         hdec = self.dec_gru(z)[0]  # (R, n_ref, 2D)
         sq = self.dec_q(self.phi(q_time))

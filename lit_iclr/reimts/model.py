@@ -27,6 +27,27 @@ def make_backbone(name: str, n_vars: int, fusion: bool, **kwargs) -> nn.Module:
     return BACKBONES[name](n_vars, fusion=fusion, **kwargs)
 
 
+class SkippedLevel(nn.Module):
+    """A coarse level without fusion (r = 0): nothing of it reaches the finest forecast, so it has no parameters and
+    is not run."""
+
+
+def make_levels(name: str, n_vars: int, n_levels: int, fusion: bool, **kwargs) -> nn.ModuleList:
+    """One backbone per level, coarse to fine; every level above the finest keeps only what feeds the finest forecast.
+
+    With fusion a coarse level's forecast is never read, only its representation (`drop_decoder`); without fusion the
+    coarse levels feed nothing (`SkippedLevel`). Every backbone is built first, so the kept parameters start from the
+    same draws as when each level was whole. Parameters outside the loss's graph would get no gradient: DDP refuses them.
+    """
+    levels = nn.ModuleList(make_backbone(name, n_vars, fusion and lvl > 0, **kwargs) for lvl in range(n_levels))
+    for lvl in range(n_levels - 1):
+        if fusion:
+            levels[lvl].drop_decoder()
+        else:
+            levels[lvl] = SkippedLevel()
+    return levels
+
+
 class ReIMTS(nn.Module):
     def __init__(self, backbone: str, n_vars: int, periods: list[float], lookback_hours: float, record_hours: float,
                  fusion: bool = True, backbone_kwargs: dict | None = None, align: str = "start",
@@ -53,8 +74,7 @@ class ReIMTS(nn.Module):
         self.horizon_index = next(i for i, (s, e) in enumerate(windows[-1]) if s <= lookback_hours < e)
         self.n_finest = len(windows[-1])
         kw = backbone_kwargs or {}
-        self.levels = nn.ModuleList(make_backbone(backbone, n_vars, fusion and lvl > 0, **kw)
-                                    for lvl in range(len(self.periods)))
+        self.levels = make_levels(backbone, n_vars, len(self.periods), fusion, **kw)
 
     def horizon_path(self) -> list[int]:
         """Per level, the sub-sample on the path from the whole window down to the horizon sub-sample."""
@@ -73,6 +93,8 @@ class ReIMTS(nn.Module):
         subs = recursive_split(x, x_mask, x_time, self.periods, self.record_hours, self.align, self.static_slots)
         rep = prev = None
         for lvl, (net, sub) in enumerate(zip(self.levels, subs, strict=True)):
+            if isinstance(net, SkippedLevel):
+                continue
             M = sub["x"].shape[0] // B
             n = self.n_children[lvl]
             if horizon_only:
@@ -123,8 +145,7 @@ class Resampling(nn.Module):
         self.bins = [float(b) for b in bins]
         self.window_hours, self.record_hours, self.fusion = float(window_hours), float(record_hours), fusion
         kw = backbone_kwargs or {}
-        self.levels = nn.ModuleList(make_backbone(backbone, n_vars, fusion and lvl > 0, **kw)
-                                    for lvl in range(len(self.bins) + 1))
+        self.levels = make_levels(backbone, n_vars, len(self.bins) + 1, fusion, **kw)
 
     def forward(self, x, x_mask, x_time, y_time, y_mask, horizon_only: bool = False) -> dict[str, Tensor]:
         B = x.shape[0]
@@ -134,6 +155,8 @@ class Resampling(nn.Module):
         inputs.append((x, x_mask, x_time))
         rep = None
         for lvl, (net, (xi, mi, ti)) in enumerate(zip(self.levels, inputs, strict=True)):
+            if isinstance(net, SkippedLevel):
+                continue
             parent = net.pass_down(rep, 1, start, end, start, end) if lvl > 0 and self.fusion else None
             out, rep = net(xi, mi, ti, y_time, y_mask, start, end, parent)
         return {"pred_all": out.unsqueeze(1), "pred": out}

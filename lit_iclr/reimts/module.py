@@ -108,8 +108,14 @@ class IMTSForecaster(BaseModule):
         out = self(batch, horizon_only=self.hparams.finest_loss == "horizon")
         pred_all = out["pred_all"]
         se, _, n = masked_errors(pred_all, batch["y"].unsqueeze(1), batch["y_mask"].unsqueeze(1).expand_as(pred_all))
-        loss = se / n.clamp_min(1)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["x"]))
+        # Data-parallel: the masked MSE is over the observed points of the whole (global) batch, whose count differs
+        # between ranks; DDP averages the ranks' gradients, so each rank's loss is its squared errors over the global
+        # count, times the number of ranks (one all-reduce of two scalars; on one process this is se / n).
+        trainer = self._trainer  # None when the step is called directly (benchmarks/reimts.py times it so)
+        sums = torch.stack([se.detach(), n])
+        se_all, n_all = trainer.strategy.reduce(sums, reduce_op="sum") if trainer is not None else sums
+        loss = se * (trainer.world_size if trainer is not None else 1) / n_all.clamp_min(1)
+        self.log("train/loss", se_all / n_all.clamp_min(1), prog_bar=True, batch_size=len(batch["x"]))
         return loss
 
     def _eval_step(self, batch, stage: str, batch_idx: int):
@@ -128,12 +134,14 @@ class IMTSForecaster(BaseModule):
         return bool(k) and self.trainer is not None and not self.trainer.sanity_checking and self.current_epoch % k == 0
 
     def _log_sums(self, stage: str):
-        if self._sums is None:
-            return
-        se, ae, n = self.trainer.strategy.reduce(self._sums, reduce_op="sum")
-        self.log(f"{stage}/mse", se / n.clamp_min(1), prog_bar=stage == "val")
-        self.log(f"{stage}/mae", ae / n.clamp_min(1))
+        # every rank joins the reduction, also one whose share of the split was empty (else the others would wait)
+        sums = self._sums if self._sums is not None else torch.zeros(3, device=self.device)
+        se, ae, n = self.trainer.strategy.reduce(sums, reduce_op="sum")
         self._sums = None
+        if n == 0:
+            return
+        self.log(f"{stage}/mse", se / n, prog_bar=stage == "val")
+        self.log(f"{stage}/mae", ae / n)
 
     def on_validation_epoch_start(self):
         self._sums = None
