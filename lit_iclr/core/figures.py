@@ -17,17 +17,19 @@ def figure_to_array(fig) -> np.ndarray:
 
 
 def log_figure(module, tag: str, fig, step: int | None = None, close: bool = True) -> None:
-    """Send `fig` to every logger of `module.trainer`; loggers without image support get a PNG in their folder."""
+    """Send `fig` to every logger of `module.trainer` (on global rank 0 only); loggers without image support get a
+    PNG in their folder."""
     trainer = getattr(module, "_trainer", None)
     step = int(step if step is not None else (trainer.global_step if trainer is not None else 0))
-    loggers = trainer.loggers if trainer is not None else []
+    # rank 0 only under DDP: the other ranks hold their share of the data, and would write the same files
+    loggers = trainer.loggers if trainer is not None and trainer.is_global_zero else []
     for logger in loggers:
         name = type(logger).__name__
         if name == "TensorBoardLogger":
             logger.experiment.add_figure(tag, fig, global_step=step, close=False)
         elif name == "WandbLogger":
             logger.log_image(key=tag, images=[figure_to_array(fig)], step=step)
-        elif logger.log_dir is not None and trainer.is_global_zero:
+        elif logger.log_dir is not None:
             out = Path(logger.log_dir) / "figures" / f"{tag.replace('/', '_')}_step{step}.png"
             out.parent.mkdir(parents=True, exist_ok=True)
             fig.savefig(out, dpi=100)

@@ -82,3 +82,50 @@ def test_ddp_overlay_and_names_get_the_platform_timeout():
 
 class OneProcessToy(ToyRegression):
     single_process_reason = "a toy stream: each update needs the previous one"
+
+
+def test_figures_and_summary_only_on_rank_zero(tmp_path, capsys):
+    """On a rank other than 0 `log_figure` writes no file and calls no logger, and the summary prints nothing."""
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from lit_iclr.core.figures import log_figure
+    from lit_iclr.core.summary import print_summary
+
+    calls = []
+    logger = SimpleNamespace(log_dir=str(tmp_path), log_image=lambda **kw: calls.append(kw))
+    for rank in (1, 0):
+        trainer = SimpleNamespace(global_step=3, loggers=[logger], is_global_zero=rank == 0,
+                                  default_root_dir=str(tmp_path))
+        log_figure(SimpleNamespace(_trainer=trainer), "val/curve", plt.figure())
+        print_summary(trainer, None, "test") if rank else None
+        written = sorted(p.name for p in (tmp_path / "figures").glob("*.png")) if (tmp_path / "figures").exists() else []
+        assert written == ([] if rank else ["val_curve_step3.png"])
+    assert capsys.readouterr().out == ""
+
+
+def test_evaluation_split_counts_each_sample_once():
+    """Validation/test loaders under 2 ranks: 5 samples split 3 + 2 (Lightning's default pads to 3 + 3, counting
+    sample 0 twice); training loaders keep Lightning's sampler."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.trainer.connectors.data_connector import _DataConnector
+    from lightning.pytorch.trainer.states import RunningStage
+    from torch.utils.data import DataLoader
+
+    from lit_iclr.core.ddp import use_unrepeated_eval_sampler
+
+    shares = {}
+    for rank in (0, 1):
+        connector = object.__new__(_DataConnector)
+        trainer = SimpleNamespace(_data_connector=connector, distributed_sampler_kwargs={"num_replicas": 2, "rank": rank},
+                                  overfit_batches=0, state=SimpleNamespace(fn=None))
+        connector.trainer = trainer
+        connector._requires_distributed_sampler = lambda dl: True
+        use_unrepeated_eval_sampler(trainer)
+        loader = DataLoader(list(range(5)))
+        shares[rank] = list(connector._resolve_sampler(loader, shuffle=False, mode=RunningStage.VALIDATING))
+        train = list(connector._resolve_sampler(loader, shuffle=False, mode=RunningStage.TRAINING))
+        assert len(train) == 3  # Lightning's padded DistributedSampler, unchanged for training
+    assert sorted(shares[0] + shares[1]) == [0, 1, 2, 3, 4]
