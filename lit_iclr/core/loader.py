@@ -128,8 +128,9 @@ class RandomState(Callback):
     """Saves the torch / numpy / python random states in every checkpoint and restores them when training resumes, so
     randomness drawn in `training_step` (noise, dropout, sampled times) continues the interrupted stream.
 
-    They are restored at the first training batch (after the sanity check and the loader's start, which draw from the
-    same generators and would otherwise differ between an interrupted and an uninterrupted run); from a checkpoint
+    They are restored just before the first resumed batch is fetched (after the sanity check and the loader's start,
+    which draw from the same generators and would otherwise differ between an interrupted and an uninterrupted run; a
+    dataset drawing its augmentation in `__getitem__` then draws what the run that went on drew); from a checkpoint
     written at an epoch's end, at the next epoch's start, before its loader iterator is created (as it was then).
     Stored as tensors and lists, so checkpoints still load with `weights_only=True`.
     """
@@ -146,6 +147,18 @@ class RandomState(Callback):
         self._pending = checkpoint.get("lit_iclr_rng")
         progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
         self._at_epoch_end = bool(progress) and progress["ready"] == progress["started"] == progress["processed"]
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # Saved inside an epoch: the run that went on fetched the next batch after the save (with the generators as
+        # saved); this run's loader iterator exists already (made in setup_data), its first fetch is next.
+        fetcher = trainer.fit_loop._data_fetcher
+        if self._pending is not None and not getattr(self, "_at_epoch_end", False) and fetcher is not None \
+                and fetcher.iterator is not None:
+            fetcher.iterator = _RestoreAtFirstFetch(fetcher.iterator, self._restore_pending)
+
+    def _restore_pending(self) -> None:
+        if self._pending is not None:
+            self._restore()
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         # Saved at an epoch's end: the run that went on created the next epoch's loader iterator after the save, which
@@ -180,6 +193,22 @@ def random_state_kept():
         torch.set_rng_state(torch_state)
         np.random.set_state(np_state)
         random.setstate(py_state)
+
+
+class _RestoreAtFirstFetch:
+    """An iterator that calls `restore()` once, just before it fetches its first item from `it`."""
+
+    def __init__(self, it, restore):
+        self.it, self.restore = it, restore
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.restore is not None:
+            restore, self.restore = self.restore, None
+            restore()
+        return next(self.it)
 
 
 def _tuples(value):
