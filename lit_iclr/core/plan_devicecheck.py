@@ -292,14 +292,28 @@ def compare(config: str, steps: int, tolerance: float, run_dir: str) -> dict:
             "step_flops": flops, "gpu_points": gpu["points"], "cpu_points": cpu["points"]}
 
 
-def dry_run(configs: list[str], steps: int, run_dir: str, max_syncs: float) -> list[dict]:
+def dry_run(configs: list[str], steps: int, run_dir: str, max_syncs: float, echo=None) -> list[dict]:
+    """`count_step_syncs` of each config (`steps` batches); a config that cannot run is a failed row saying why."""
     rows = []
     for config in configs:
         name = Path(config).stem
-        report = count_step_syncs(config, steps, f"{run_dir}/{name}")  # steps: batches here
-        report.update(config=config, ok=report["syncs_per_step"] <= max_syncs)
+        try:
+            report = count_step_syncs(config, steps, f"{run_dir}/{name}")
+            report.update(config=config, ok=report["syncs_per_step"] <= max_syncs, error=None)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the CLI exits on a config error; record it and go on
+            report = {"config": config, "ok": False, "steps": 0, "syncs_per_step": float("nan"), "sites": {},
+                      "error": f"{type(e).__name__}: {e}"}
         rows.append(report)
+        if echo:
+            echo(report)
     return rows
+
+
+def _dry_row(r: dict) -> str:
+    if r.get("error"):
+        return f"| {r['config']} | 0 | - | did not run: {r['error'][:200]} |"
+    where = "; ".join(f"{k} ({v:g})" for k, v in list(r["sites"].items())[:4]) or "-"
+    return f"| {r['config']} | {r['steps']} | {r['syncs_per_step']:g} | {where} |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core/onednn_linear.py falls back to F.linear off the CPU: {'yes' if fallback else 'NO'}")
         return 0 if not sites and fallback else 1
     if a.mode == "dry-run":
-        rows = dry_run(a.configs, a.steps, a.run_dir, a.max_syncs)
+        rows = dry_run(a.configs, a.steps, a.run_dir, a.max_syncs,
+                       echo=lambda r: print(f"gpu_check: {_dry_row(r)}", file=sys.stderr, flush=True))
         print("| config | counted batches | host syncs / batch | where |\n|---|---:|---:|---|")
         for r in rows:
-            where = "; ".join(f"{k} ({v:g})" for k, v in list(r["sites"].items())[:4]) or "-"
-            print(f"| {r['config']} | {r['steps']} | {r['syncs_per_step']:g} | {where} |")
+            print(_dry_row(r))
             failed += not r["ok"]
     else:
         rows = [compare(c, a.steps, a.tolerance, f"{a.run_dir}/{Path(c).stem}") for c in a.configs]
