@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -391,8 +392,14 @@ def main(argv: list[str]) -> None:
     args, overrides = ap.parse_known_args(argv)
     if not 0 < args.mfu <= 1:
         raise ConfigError(f"--mfu {args.mfu} must be in (0, 1]")
-    if args.rows:
-        plans = [plan([c], args.accelerator, args.mfu, batch_size=args.batch_size) for c in args.config]
-        print(format_rows(plans))
+    if args.rows:  # one row per config; a config that cannot be planned is named with its error, the rest go on
+        plans, failed = [], []
+        for c in args.config:
+            try:
+                plans.append(plan([c], args.accelerator, args.mfu, batch_size=args.batch_size))
+            except Exception as e:  # noqa: BLE001
+                failed.append(f"| {c} | not planned: {type(e).__name__}: {str(e).splitlines()[0][:200]} |")
+            print(f"planned {c}", file=sys.stderr, flush=True)
+        print(format_rows(plans) + ("\n" + "\n".join(failed) if failed else ""))
         return
     print(format_plan(plan(args.config, args.accelerator, args.mfu, overrides=overrides, batch_size=args.batch_size)))

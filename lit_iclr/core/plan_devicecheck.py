@@ -5,11 +5,12 @@ On the CPU (`--dry-run`, no GPU needed):
 - **host syncs per step**: `HostSyncCounter` is a `TorchFunctionMode` active from `on_train_batch_start` to
   `on_train_batch_end` (the training step, its backward and optimiser step). It counts the tensor calls that copy a
   device value to the host on a GPU and so block until the device is done: `.item()`, `.tolist()`, `.numpy()` /
-  `np.asarray(t)` (`__array__`), `.cpu()`, `.to("cpu")`, `bool(t)` / `if t:` (`__bool__`), `int(t)`, `float(t)`,
-  `t.__index__` (a tensor used as a Python index), and the ops whose output shape depends on values (`nonzero`,
-  `argwhere`, `masked_select`, `unique`, `unique_consecutive`, boolean-mask indexing `x[mask]`). A call counts when the
-  code that made it is the project's (lit_iclr/): calls made inside torch (Adam's `step` counter is a CPU tensor read
-  with `.item()`, host-side on a GPU too), Lightning or torchmetrics are not the method's and are not counted.
+  `np.asarray(t)` (`__array__`), `.cpu()`, `.to("cpu")` (the string; `.to(x.device)` is not counted), `bool(t)` /
+  `if t:` (`__bool__`), `int(t)`, `float(t)`, `t.__index__` (a tensor used as a Python index), and the ops whose
+  output shape depends on values (`nonzero`, `argwhere`, `masked_select`, `unique`, `unique_consecutive`,
+  boolean-mask indexing `x[mask]`). A call counts when the code that made it is the project's (lit_iclr/): calls
+  made inside torch (Adam's `step` counter is a CPU tensor read with `.item()`, host-side on a GPU too), Lightning
+  or torchmetrics are not the method's and are not counted.
   The first `skip` steps (lazy initialisation, compilation) are not counted, and the run logs no metric in the counted
   steps (`log_every_n_steps` beyond them), so what remains is what every step pays.
 - **CPU-only kernels**: every place in lit_iclr/ that calls a CPU-only kernel (oneDNN / mkldnn ops, `.to_mkldnn`) must
@@ -46,8 +47,9 @@ SYNC_CALLS = frozenset({"item", "tolist", "numpy", "__array__", "cpu", "__bool__
 
 
 def _is_cpu(device) -> bool:
-    return (isinstance(device, str) and device.split(":")[0] == "cpu") or (
-        isinstance(device, torch.device) and device.type == "cpu")
+    # only the literal "cpu": on a CPU run `.to(x.device)` / `.to(self.device)` also names the CPU, and those are the
+    # device-agnostic moves a GPU step is meant to make
+    return isinstance(device, str) and device.split(":")[0] == "cpu"
 
 
 def _sync_name(func, args, kwargs) -> str | None:
@@ -301,6 +303,13 @@ def dry_run(configs: list[str], steps: int, run_dir: str, max_syncs: float, echo
             report = count_step_syncs(config, steps, f"{run_dir}/{name}")
             report.update(config=config, ok=report["syncs_per_step"] <= max_syncs, error=None)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - the CLI exits on a config error; record it and go on
+            if "No `training_step()` method defined" in str(e):  # a sampling/evaluation config: nothing to check
+                report = {"config": config, "ok": True, "steps": 0, "syncs_per_step": 0.0, "sites": {},
+                          "error": None, "note": "no training step (a test/predict config)"}
+                rows.append(report)
+                if echo:
+                    echo(report)
+                continue
             report = {"config": config, "ok": False, "steps": 0, "syncs_per_step": float("nan"), "sites": {},
                       "error": f"{type(e).__name__}: {e}"}
         rows.append(report)
@@ -312,6 +321,8 @@ def dry_run(configs: list[str], steps: int, run_dir: str, max_syncs: float, echo
 def _dry_row(r: dict) -> str:
     if r.get("error"):
         return f"| {r['config']} | 0 | - | did not run: {r['error'][:200]} |"
+    if r.get("note"):
+        return f"| {r['config']} | 0 | - | {r['note']} |"
     where = "; ".join(f"{k} ({v:g})" for k, v in list(r["sites"].items())[:4]) or "-"
     return f"| {r['config']} | {r['steps']} | {r['syncs_per_step']:g} | {where} |"
 
