@@ -17,6 +17,9 @@ from .router import Router, RouterConfig, RouterState
 class StageRoute(BaseModule):
     """Online stage-wise deployment (MILP on UCB/LCB) and per-query routing (LP) of models under budget and capacity."""
 
+    # refused before any process starts when the Trainer asks for more (core/ddp.py); the card says the same
+    single_process_reason = "a bandit stream: every query is routed with the counts and sums of all the queries before it"
+
     def __init__(self, num_models: int, horizon: int, policy: str = "stageroute", m_max: int = 3, budget: float = 0.35,
                  stage_length: int | None = None, stage_scale: float = 1.0, radius_scale: float = 1.0,
                  cache_tol: float = 0.01, epsilon: float = 0.1, pacing: bool = True, lp_solver: str = "exact",

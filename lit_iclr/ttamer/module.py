@@ -24,6 +24,10 @@ POLICIES = ("threshold", "no_recall", "recall", "pandora", "oracle")
 class ExitPolicies(BaseModule):
     """Confidence threshold, optimal no-recall and recall stopping (backward induction), Pandora's-box index, oracle."""
 
+    # refused before any process starts when the Trainer asks for more (core/ddp.py); the card says the same
+    single_process_reason = ("a cascade policy: fit in one step on the whole calibration table (temperatures, bins, "
+                             "Markov counts), with no gradient to average")
+
     def __init__(self, stages: int, bins: int = 15, signal_kind: str = "confidence", value: str = "calibrated",
                  smoothing: float = 1.0, prior_weight: float = 5.0, lambdas: list[float] | None = None,
                  thresholds: list[float] | None = None):
