@@ -43,6 +43,10 @@ def pessimistic_cost_target(cost: torch.Tensor, q_next: torch.Tensor, q_now: tor
 
 
 class SOOPER(BaseModule):
+    # refused before any process starts when the Trainer asks for more (core/ddp.py); the card says why
+    single_process_reason = ("online RL on one stream of real episodes: each step acts an episode with the policy the "
+                             "previous steps made, then runs hundreds of small-network updates on all episodes so far")
+
     def __init__(self, obs_dim: int, action_dim: int, budget: float = 5.0, filter: str = "sooper",
                  lagrangian: bool = False, learn: bool = True, optimism: float = 0.1, pessimism: float = 1.0,
                  discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0, cost_margin: float = 0.0,
