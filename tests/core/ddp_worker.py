@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import lightning as L  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -77,7 +78,8 @@ def twin(out: Path, config: str, devices: str, *args: str) -> None:
                 *QUIET, *args])
     # the stepped model, validated on the whole (tiny) validation set: metrics must be reduced over ranks
     cli.trainer.limit_val_batches = 1.0
-    cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)
+    if type(cli.model).validation_step is not L.LightningModule.validation_step:  # a method may have none
+        cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)
     _save(cli, out, devices)
 
 
