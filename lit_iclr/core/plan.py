@@ -200,6 +200,19 @@ class Plan:
     gradient: bool
     seconds: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    fsdp_devices_to_fit: int | None = None  # when the config's DDP / single device does not fit
+
+    @property
+    def fit_text(self) -> str:
+        if self.devices_to_fit:
+            return str(self.devices_to_fit)
+        if self.strategy.kind != "fsdp":
+            return f"no ({self.strategy.kind}); FSDP: {self.fsdp_devices_to_fit or '> 4096'}"
+        return "> 4096"
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self.hours * self.strategy.world if self.hours is not None else None
 
     @property
     def params_vs_paper(self) -> float | None:
@@ -296,6 +309,9 @@ def plan(config_paths: list[str], accelerator_name: str = "H100", mfu: float = 0
     t0 = time.perf_counter()
     memory = _memory(module, batch, strategy, precision, hooks, acts)
     fit = devices_to_fit(module, batch, strategy, precision, acc.memory_bytes, hooks)
+    fsdp_fit = None
+    if fit is None and strategy.kind != "fsdp":  # a full copy per device does not fit: how many would FSDP need
+        fsdp_fit = devices_to_fit(module, batch, Strategy("fsdp", 1), precision, acc.memory_bytes, hooks)
     seconds["memory"] = time.perf_counter() - t0
     paper = dict(getattr(hooks, "PAPER", {}) or {})
     dataset = dict(getattr(hooks, "DATASET", {}) or {})
@@ -310,7 +326,7 @@ def plan(config_paths: list[str], accelerator_name: str = "H100", mfu: float = 0
         notes.append(f"does not fit one {acc.name} ({acc.memory_gb:.0f} GB) with {strategy.describe()}")
     name = " + ".join(str(p) for p in config_paths)
     return Plan(name, count_params(module), flops, b, strategy, precision, memory, dataset, paper, steps, steps_source,
-                acc, mfu, fit, hours, gradient, seconds, notes)
+                acc, mfu, fit, hours, gradient, seconds, notes, fsdp_fit)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -343,10 +359,12 @@ def format_plan(p: Plan) -> str:
     ds = p.dataset
     dataset = f"{ds.get('name', '-')}: {gib(ds['bytes']) if ds.get('bytes') else '-'}" + (
         f", {ds['samples']:,} samples" if ds.get("samples") else "")
-    fit = (f"{p.devices_to_fit}" if p.devices_to_fit else
-           f"does not fit under {p.strategy.kind} (use FSDP)" if p.strategy.kind != "fsdp" else "more than 4096")
-    hours = (f"{p.hours:,.1f} h on {p.strategy.world} x {p.accelerator.name} ({p.hours * p.strategy.world:,.0f} "
-             f"GPU-hours) at MFU {p.mfu:.0%}" if p.hours is not None else "- (no schedule length)")
+    fit = p.fit_text
+    hours = (f"{p.hours:.3g} h on {p.strategy.world} x {p.accelerator.name} ({p.gpu_hours:.3g} GPU-hours) at MFU "
+             f"{p.mfu:.0%}" if p.hours is not None else "- (no schedule length)")
+    if p.paper.get("gpu_hours"):
+        hours += f"; paper: {p.paper['gpu_hours']:g} GPU-hours" + (f" on {p.paper['hardware']}" if p.paper.get(
+            "hardware") else "")
     rows = [
         ("parameters", f"{human(prm['total'])} total, {human(prm['trainable'])} trainable{vs}"),
         ("per module", groups),
@@ -366,16 +384,20 @@ def format_plan(p: Plan) -> str:
 
 def format_rows(plans: list[Plan]) -> str:
     """One line per config, for the platform card's table."""
-    head = ("| method | params (plan) | params (paper) | FLOPs/step/device | batch/device | strategy | memory/device | "
-            f"devices to fit | optimiser steps | hours (devices x {plans[0].accelerator.name if plans else ''}) |\n"
-            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    acc = plans[0].accelerator.name if plans else ""
+    head = ("| config | params (plan) | params (paper) | FLOPs / step / device | batch / device | strategy, precision | "
+            f"memory / device | devices to fit ({acc}) | optimiser steps | hours (devices) | GPU-hours | paper's compute |\n"
+            "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
     lines = [head]
     for p in plans:
         paper = human(p.paper.get("params")) + (f" ({p.params_vs_paper:+.1%})" if p.paper.get("params") else "")
-        hours = f"{p.hours:,.1f} h ({p.strategy.world})" if p.hours is not None else "-"
+        hours = f"{p.hours:.3g} ({p.strategy.world})" if p.hours is not None else "-"
+        gpu_h = f"{p.gpu_hours:.3g}" if p.gpu_hours is not None else "-"
+        stated = (f"{p.paper['gpu_hours']:g} GPU-h" if p.paper.get("gpu_hours") else "-") + (
+            f" ({p.paper['hardware']})" if p.paper.get("hardware") else "")
         lines.append(f"| {p.name} | {human(p.params['total'])} | {paper} | {human(p.flops)} | {p.batch_size} | "
-                     f"{p.strategy.describe()} | {gib(p.memory['total'])} | {p.devices_to_fit or '-'} | "
-                     f"{p.steps or '-'} | {hours} |")
+                     f"{p.strategy.describe()}, {p.precision} | {gib(p.memory['total'])} | {p.fit_text} | "
+                     f"{p.steps if p.steps else '-'} | {hours} | {gpu_h} | {stated} |")
     return "\n".join(lines)
 
 

@@ -8,8 +8,8 @@ Terms (bytes per device; N parameters of `w` bytes each as built, D devices per 
     ddp buckets   G w            DDP's reducer keeps its own flat copy of every gradient (gradient_as_bucket_view=False)
     optimizer     measured       the state one `optimizer.step()` creates on meta tensors (Adam: m and v, 2 G w);
                                  FSDP: / D
-    gathered      2 u c          FSDP: the largest FSDP unit u (a block of the model's ModuleList, or the whole model when
-                                 there is none) unsharded in compute bytes c, current + prefetched
+    gathered      2 u c          FSDP: the largest FSDP unit u (a block of the model's ModuleList) unsharded in compute
+                                 bytes c, current + prefetched; u c once when the whole model is the only unit
     weight copies N 2            `*-mixed`: autocast's bf16/fp16 copies of the weights, saved for the backward
     activations   measured       bytes of the tensors autograd saves for the backward in one forward at the real batch
                                  (`saved_tensors_hooks`, each storage once, parameters and buffers excluded); 16-bit
@@ -154,15 +154,16 @@ def optimizer_state_bytes(module: torch.nn.Module) -> tuple[int, str]:
             p.grad = None
 
 
-def _largest_unit(module: torch.nn.Module) -> int:
-    """Parameters of the largest FSDP unit: the biggest member of any ModuleList / ModuleDict (a decoder block, an
-    expert group), or the whole model when it has no repeated blocks (FSDP then gathers everything at once)."""
-    best = 0
+def _largest_unit(module: torch.nn.Module) -> tuple[int, int]:
+    """(parameters of the largest FSDP unit, how many units): the members of the model's ModuleLists / ModuleDicts (the
+    decoder blocks, expert groups), or the whole model as one unit when it has no repeated blocks."""
+    best = count = 0
     for m in module.modules():
         if isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict)):
             for child in m.children():
                 best = max(best, sum(p.numel() for p in child.parameters()))
-    return best or sum(p.numel() for p in module.parameters())
+                count += 1
+    return (best, count) if best else (sum(p.numel() for p in module.parameters()), 1)
 
 
 def precision_bytes(precision: str) -> tuple[int | None, int]:
@@ -203,7 +204,8 @@ def memory_per_device(module: torch.nn.Module, batch, strategy: Strategy, precis
     if strategy.kind == "ddp":
         out["ddp buckets"] = float(grads)
     if strategy.kind == "fsdp":
-        out["gathered"] = float(2 * _largest_unit(module) * compute) if shards > 1 else 0.0
+        unit, units = _largest_unit(module)  # the current unit and the prefetched next one (one when it is all)
+        out["gathered"] = float(min(units, 2) * unit * compute) if shards > 1 else 0.0
     if mixed:
         out["weight copies"] = float(2 * sum(p.numel() for p in params if p.is_floating_point()))
     scale = compute / 4 if compute < 4 else 1.0

@@ -128,6 +128,11 @@ def test_strategy_shards_and_precision(toy_config):
     assert ddp["optimizer"] == 8 * n  # Adam's m and v (ToyRegression's default optimizer)
     fsdp = P.memory_per_device(module, batch, "fsdp", 4, "32-true")
     assert fsdp["weights"] == n and fsdp["gradients"] == n and fsdp["optimizer"] == 2 * n and "ddp buckets" not in fsdp
+    assert fsdp["gathered"] == 4 * n  # no repeated blocks: the whole model is the one unit, gathered once
+    blocks = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])).to("meta")
+    acts = {"float": 0, "other": 0}
+    gathered = P._memory_terms(blocks, None, Strategy("fsdp", 4), "bf16-mixed", activations=acts, optimizer=(0, ""))
+    assert gathered["gathered"] == 2 * 72 * 2  # current + prefetched block, 72 parameters each, in bf16
     assert fsdp["activations"] == ddp["activations"] > 0  # per-device batch: activations are not sharded
     true16 = P.memory_per_device(module, batch, "fsdp", 4, "bf16-true")
     assert true16["weights"] == fsdp["weights"] / 2 and true16["optimizer"] == fsdp["optimizer"] / 2
@@ -222,3 +227,16 @@ def test_the_moe_closed_form_is_the_memory_of_a_plan():
     expected = M.plan_terms(cfg, Strategy("fsdp", 8), 2, 1024, "bf16-mixed", False, opts)
     assert terms["total"] == pytest.approx(sum(expected.values()))
     assert M.memory_hook(torch.nn.Linear(2, 2), batch, Strategy("ddp", 1), 1, "32-true") is None
+
+
+def test_a_ddp_config_that_does_not_fit_says_how_many_fsdp_devices_would(toy_config, monkeypatch):
+    module, dm, _ = P.build_on_meta([toy_config])
+    hooks = P.method_hooks(module)
+    batch = example_batch(dm, 32)
+    full = P._memory(module, batch, Strategy("fsdp", 1), "32-true", hooks)["total"]
+    sharded = P._memory(module, batch, Strategy("fsdp", 2), "32-true", hooks)["total"]
+    capacity = (full + sharded) / 2  # between one and two shards
+    monkeypatch.setitem(P.ACCELERATORS, "TINY", P.Accelerator("TINY", 1.0, capacity / 1e9))
+    p = P.plan([toy_config], "TINY")
+    assert p.devices_to_fit is None and p.fsdp_devices_to_fit == 2
+    assert p.fit_text == "no (ddp); FSDP: 2" and "no (ddp); FSDP: 2" in P.format_rows([p])
