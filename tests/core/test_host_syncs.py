@@ -28,6 +28,7 @@ KNOWN_SYNCS = {
     "lit_iclr/cibm/module.py __float__": "scalars read in the step",
     "lit_iclr/evotest/module.py __int__": "episode id read (agent/environment loop on the host by design)",
     "lit_iclr/evotest/actor.py numpy": "LLM/environment loop on the host by design",
+    "lit_iclr/core/llm.py to(cpu)": "the local LM client moves ids to its configured device string (\"cpu\" here)",
     "lit_iclr/reimts/split.py __int__": "split sizes read from tensors",
     "lit_iclr/reimts/backbones.py nonzero": "observed entries of the irregular grid (value-dependent shape)",
     "lit_iclr/sooper/module.py __bool__": "safe-planning rollouts in the simulator (host by design)",
