@@ -22,6 +22,15 @@ _DEFAULT_LEVELS = (500, 850)
 HOUR_NS = 3_600_000_000_000
 
 
+def _worker_init(_: int) -> None:
+    """Loader workers read lazily with dask's synchronous scheduler: a worker forked after the main process computed
+    with dask's threaded scheduler (statistics, static fields) inherits its thread pool without its threads, and its
+    first read would wait on that pool forever. Parallelism comes from the workers."""
+    import dask
+
+    dask.config.set(scheduler="synchronous")
+
+
 class ForecastWindows(Dataset):
     """Samples of one split. `source` is a normalised in-memory array (N, C, H, W) indexed by split position, or the
     lazy reader (then positions are store indices and normalisation happens per sample)."""
@@ -271,10 +280,13 @@ class WB2WeatherData(BaseDataModule):
     # ------------------------------------------------------------ loaders
     def train_dataloader(self):
         return ResumableDataLoader(self.train_set, batch_size=self.batch_size, shuffle=True,
-                                   num_workers=self.num_workers, persistent_workers=self.num_workers > 0, drop_last=True)
+                                   num_workers=self.num_workers, persistent_workers=self.num_workers > 0, drop_last=True,
+                                   worker_init_fn=_worker_init)
 
     def val_dataloader(self):
-        return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers)
+        return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers,
+                          worker_init_fn=_worker_init)
 
     def test_dataloader(self):
-        return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers)
+        return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers,
+                          worker_init_fn=_worker_init)
