@@ -263,7 +263,6 @@ def measure(spec: Spec, out_root: Path, sizes: dict, batches: int, reps: int, wo
     from lit_iclr.core.plan import accelerator
 
     t0 = time.perf_counter()
-    tick = {}
     folder = scale_data.WRITERS[spec.data](out_root / spec.data, **sizes.get(spec.data, {}))
     write_s = time.perf_counter() - t0
     root = folder / spec.root if spec.root else folder
