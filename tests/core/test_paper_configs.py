@@ -64,9 +64,13 @@ def test_builds_on_meta_in_seconds_with_the_papers_parameter_count(config):
             f"{config}: {n:,} parameters, the paper states {paper['params']:,.0f} ({paper.get('params_source')})")
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_plan_counts_flops_and_memory(config):
-    p = P.plan([config])
+# plans whose meta step takes minutes (a Python loop over merge units or time steps in the method's step; 100-120 s and
+# 40 s on the loaded 2-core machine): planned at batch 1 in the default suite is still too slow, so only in the slow one
+SLOW_PLANS = {"configs/paper/namex.yaml", "configs/paper/reimts.yaml"}
+
+
+def _check_plan(config: str, batch_size: int | None) -> None:
+    p = P.plan([config], batch_size=batch_size)
     if p.params["total"]:
         assert p.flops > 0, f"{config}: no FLOPs counted"
         assert p.memory["weights"] > 0
@@ -74,6 +78,17 @@ def test_plan_counts_flops_and_memory(config):
     assert p.params["total"] == sum(p.params["per_group"].values())
     text = P.format_plan(p)
     assert "FLOPs" in text and "memory / device" in text
+
+
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c not in SLOW_PLANS])
+def test_plan_counts_flops_and_memory(config):
+    _check_plan(config, batch_size=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS)
+def test_plan_at_the_papers_batch(config):
+    _check_plan(config, batch_size=None)
 
 
 def _input_bytes(batch) -> int:
