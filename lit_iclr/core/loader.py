@@ -65,6 +65,25 @@ class EpochShuffleSampler(DistributedSampler):
         return math.ceil(self.n / self._world()[0])
 
 
+class EveryIndexOnEveryRank(DistributedSampler):
+    """Every index 0..n-1 on every rank, in order: an evaluation that each rank runs whole (a small set whose metric
+    needs all of it at once, e.g. CKA), or of which the module takes its rank's share itself and reduces sums and counts
+    (so a rank with no share still runs the evaluation, and its reduction, instead of being skipped by Lightning).
+    A `DistributedSampler`, so Lightning keeps it under DDP instead of splitting the set."""
+
+    def __init__(self, n: int):  # noqa: D107 - no process group needed
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.n))
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class IndexDataset(Dataset):
     """0..n-1 as tensors: the data stream of methods whose batch is an index (an evaluation episode, an iteration)."""
 

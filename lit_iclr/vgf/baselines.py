@@ -87,7 +87,8 @@ class TD3BC(OfflineRLModule):
                      next_observations=self.norm(batch["next_observations"]))
         with torch.no_grad():
             next_obs = batch["next_observations"]
-            noise = torch.randn(next_obs.shape[0], hp.action_dim, generator=g, device=self.device)
+            noise = self.rank_rows(lambda n: torch.randn(n, hp.action_dim, generator=g, device=self.device),
+                                   next_obs.shape[0])  # the global batch's draw, this rank's rows
             noise = (hp.policy_noise * noise).clamp(-hp.noise_clip, hp.noise_clip)
             next_a = (self.target_actor(next_obs) + noise).clamp(-1.0, 1.0)
             target = batch["rewards"] + hp.discount * batch["masks"] * self.target_critic.value(next_obs, next_a, "min")
@@ -100,7 +101,7 @@ class TD3BC(OfflineRLModule):
         if self.step_count() % hp.policy_freq == 0:
             pi = self.actor(batch["observations"])
             q = self.critic(batch["observations"], pi)[0]
-            lam = hp.bc_alpha / q.abs().mean().detach()
+            lam = hp.bc_alpha / self.batch_mean(q.abs().mean())  # TD3+BC's normaliser: over the global batch
             actor_loss = -lam * q.mean() + (pi - batch["actions"]).pow(2).mean()
             opt_actor.zero_grad()
             self.manual_backward(actor_loss)
@@ -166,8 +167,9 @@ class FQL(OfflineRLModule):
         opt_actor, opt_critic = self.optimizers()
         g = self.step_generator()
         obs, actions = batch["observations"], batch["actions"]
-        z_next = torch.randn(actions.shape, generator=g, device=self.device)
-        z = torch.randn(actions.shape, generator=g, device=self.device)
+        n, dim = actions.shape
+        draw = lambda m: torch.randn(m, dim, generator=g, device=self.device)  # noqa: E731 - the global batch's draw
+        z_next, z = self.rank_rows(draw, n), self.rank_rows(draw, n)
         with torch.no_grad():
             next_a = self.one_step(batch["next_observations"], z_next)
             next_q = self.target_critic.value(batch["next_observations"], next_a, hp.value_q_agg)
@@ -178,13 +180,15 @@ class FQL(OfflineRLModule):
         self.manual_backward(critic_loss)
         opt_critic.step()
 
-        bc_loss = self.policy.flow_matching_loss(obs, actions, generator=g)
+        fm_noise = (self.rank_rows(draw, n),  # x_0 and t as `flow_matching_loss` draws them, for the global batch
+                    self.rank_rows(lambda m: torch.rand(m, 1, generator=g, device=self.device), n))
+        bc_loss = self.policy.flow_matching_loss(obs, actions, noise=fm_noise)
         a = self.one_step(obs, z)
         distill_loss = (a - flow_a).pow(2).mean()
         q = self.critic.value(obs, a, "mean")  # the critic after its step, as TD3+BC's actor sees it
         q_loss = -q.mean()
         if hp.normalize_q_loss:
-            q_loss = q_loss / q.abs().mean().detach()
+            q_loss = q_loss / self.batch_mean(q.abs().mean())  # over the global batch (DDP)
         actor_loss = bc_loss + hp.fql_alpha * distill_loss + q_loss
         opt_actor.zero_grad()
         self.manual_backward(actor_loss)  # the critic's grads from this backward are cleared before its next step

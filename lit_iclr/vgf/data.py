@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lit_iclr.core import BaseDataModule, ConfigError, DatasetFormatError
-from lit_iclr.core.loader import IndexDataset
+from lit_iclr.core.loader import EveryIndexOnEveryRank, IndexDataset
 from lit_iclr.core.offline_rl import (
     KEYS,
     check_reference_scores,
@@ -46,10 +46,11 @@ def check_updates_per_batch(n) -> None:
 class TransitionLoader:
     """`steps_per_epoch` uniform random minibatches (with replacement) per epoch, as offline RL samples them.
 
-    The k-th minibatch of a run is drawn from a generator seeded by (seed, rank, k), where k counts the gradient steps
+    The k-th minibatch of a run is drawn from a generator seeded by (seed, k), where k counts the gradient steps
     already taken: `position()` (the model's `updates` counter, restored from checkpoints) is read when an epoch's
     iteration starts. A run resumed from any checkpoint, mid-epoch included, therefore sees the very same stream, with
-    no loader state to save (Lightning's one-batch pre-fetch cannot shift it).
+    no loader state to save (Lightning's one-batch pre-fetch cannot shift it). Under DDP (`world` processes) the draw
+    is the global minibatch of `batch_size * world` rows and rank r keeps rows r, r + world, ...
 
     With `updates_per_batch` n > 1 each item is a list of the next n minibatches of the same stream (the module takes
     one gradient step per minibatch, so the numbers do not change), and the Trainer's fixed per-batch cost is paid
@@ -57,10 +58,11 @@ class TransitionLoader:
     """
 
     def __init__(self, data: dict[str, torch.Tensor], batch_size: int, steps_per_epoch: int, seed: int = 0,
-                 rank: int = 0, position: Callable[[], int] | None = None, updates_per_batch: int = 1):
+                 rank: int = 0, position: Callable[[], int] | None = None, updates_per_batch: int = 1,
+                 world: int = 1):
         check_updates_per_batch(updates_per_batch)
         self.data, self.batch_size, self.steps_per_epoch = data, batch_size, steps_per_epoch
-        self.seed, self.rank, self.updates_per_batch = seed, rank, updates_per_batch
+        self.seed, self.rank, self.world, self.updates_per_batch = seed, rank, world, updates_per_batch
         self.size = len(next(iter(data.values())))
         self._own = 0
         self.position = position or (lambda: self._own)
@@ -71,8 +73,11 @@ class TransitionLoader:
 
     def batch(self, k: int) -> dict[str, torch.Tensor]:
         """The k-th minibatch of the stream."""
-        g = self._generator.manual_seed(_batch_seed(self.seed, self.rank, k))
-        idx = torch.randint(self.size, (self.batch_size,), generator=g)
+        g = self._generator.manual_seed(_batch_seed(self.seed, 0, k))
+        # under DDP the k-th global minibatch (batch_size x world rows) is drawn on every rank and dealt out: rows
+        # rank, rank + world, ... (the module draws its noise likewise), so the ranks together train on what one
+        # process with the global batch would
+        idx = torch.randint(self.size, (self.batch_size * self.world,), generator=g)[self.rank::self.world]
         return {key: v[idx] for key, v in self.data.items()}
 
     def __iter__(self):
@@ -170,13 +175,16 @@ class OfflineRLData(BaseDataModule):
 
     def train_dataloader(self) -> TransitionLoader:
         rank = self.trainer.global_rank if self.trainer is not None else 0
+        world = self.trainer.world_size if self.trainer is not None else 1
         module = self.trainer.lightning_module if self.trainer is not None else None
         position = (lambda: int(module.updates)) if hasattr(module, "updates") else None  # gradient steps taken
         return TransitionLoader(self.transitions, self.batch_size, self.steps_per_epoch, self.seed, rank, position,
-                                self.updates_per_batch)
+                                self.updates_per_batch, world)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(IndexDataset(self.eval_episodes), batch_size=self.eval_episodes)
+        # every episode index on every rank: the module evaluates its rank's share and reduces sums and counts
+        return DataLoader(IndexDataset(self.eval_episodes), batch_size=self.eval_episodes,
+                          sampler=EveryIndexOnEveryRank(self.eval_episodes))
 
     def describe(self) -> str:
         n = 0 if self.transitions is None else len(self.transitions["rewards"])

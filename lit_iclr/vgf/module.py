@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure, plt
 from lit_iclr.core.functional_adam import adam_groups, adam_step
+from lit_iclr.core.grad_sync import backward_and_average
 from lit_iclr.core.onednn_linear import check_backend
 
 from .envs import Rollouts, evaluate
@@ -108,13 +109,44 @@ class OfflineRLModule(BaseModule):
         self._host_updates = None
 
     def step_generator(self) -> torch.Generator:
-        """RNG of this gradient step, a function of (seed, rank, step): a resumed run draws the same numbers.
+        """RNG of this gradient step, a function of (seed, step): a resumed run draws the same numbers.
 
-        One generator is kept and reseeded (no new generator, no device sync, per step)."""
-        rank = self.trainer.global_rank if self._trainer is not None else 0
+        The same on every rank: a step's random numbers are drawn for the global batch and each rank takes its rows
+        (`rank_rows`). One generator is kept and reseeded (no new generator, no device sync, per step)."""
         if self._generator is None or self._generator.device != self.device:
             self._generator = torch.Generator(device=self.device)
-        return self._generator.manual_seed(_seed(self.hparams.seed, rank, self.step_count()))
+        return self._generator.manual_seed(_seed(self.hparams.seed, 0, self.step_count()))
+
+    def world(self) -> tuple[int, int]:
+        """(processes, this one's rank) of the fit; (1, 0) without a Trainer."""
+        trainer = self._trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
+    def rank_rows(self, draw: Callable[[int], torch.Tensor], n: int) -> torch.Tensor:
+        """This rank's `n` rows of `draw(n * world)`, the draw for the global batch: rows rank, rank + world, ... as the
+        training loader deals the global batch's rows (`data.TransitionLoader`). So under DDP the ranks' noise together
+        is one process's noise for the global batch. On one process: `draw(n)`."""
+        world, rank = self.world()
+        return draw(n) if world == 1 else draw(n * world)[rank::world]
+
+    def batch_mean(self, value: torch.Tensor) -> torch.Tensor:
+        """A per-minibatch mean (detached) over the global batch: under DDP the mean of the ranks' means (their shares
+        are equally large), as one process with the global batch computes it; `value` itself on one process."""
+        value = value.detach()
+        return value if self.world()[0] == 1 else self.trainer.strategy.reduce(value.clone(), reduce_op="mean")
+
+    def manual_backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
+        """`BaseModule.manual_backward`; under DDP, `loss.backward()` and then the gradients it wrote are averaged over
+        the ranks in one all-reduce.
+
+        An update here is several backward passes, each reaching one network (critic + policy, then A-VGF's g_psi;
+        TD3+BC's actor every other step), and DDP's reducer, armed by Lightning's `manual_backward`, expects every
+        parameter of the module in each backward ("parameters that were not used in producing the loss"). So DDP's
+        reducer is left out (`core/grad_sync.py`)."""
+        world, _ = self.world()
+        if world == 1:
+            return super().manual_backward(loss, *args, **kwargs)
+        backward_and_average(self, loss, world, *args, **kwargs)
 
     def rollout(self, episodes: Sequence[int], groups: Sequence[int] | None = None, datamodule=None) -> Rollouts:
         """Roll out episodes (eval seed + index) for the given groups (default: all); returns per-job results."""
@@ -143,28 +175,43 @@ class OfflineRLModule(BaseModule):
         res.q_means = {g: float(np.mean(v)) for g, v in q_log.items()}
         return res
 
+    def on_validation_epoch_start(self) -> None:
+        self._eval_sums = torch.zeros(len(self.eval_groups()), 5, dtype=torch.float64)  # per group: score, return,
+        # success %, Q estimate (each summed over episodes), episodes
+
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        """This rank's share of the episodes (every rank gets every index, `core.loader.EveryIndexOnEveryRank`), summed per
+        group; `on_validation_epoch_end` reduces the sums over the ranks, so each episode counts once."""
+        world, rank = self.world()
+        episodes = batch.tolist()[rank::world]
+        if not episodes:
+            return
         dm = self.trainer.datamodule
-        res = self.rollout(batch.tolist())
+        res = self.rollout(episodes)
         score = dm.score(res.returns, res.successes)
-        n = len(batch)
-        curve = []
-        for g, name in enumerate(self.eval_groups()):
+        for g in range(len(self.eval_groups())):
             sel = res.groups == g
-            curve.append(float(score[sel].mean()))
-            for metric, values in (("score", score), ("return", res.returns), ("success", 100.0 * res.successes)):
-                self.log(f"val/{metric}_{name}", float(values[sel].mean()), sync_dist=True, batch_size=n)
-            self.log(f"val/q_{name}", res.q_means.get(g, 0.0), sync_dist=True, batch_size=n)
-        self.log("val/score", curve[-1], sync_dist=True, batch_size=n, prog_bar=True)
-        self._curve = curve
+            n = int(sel.sum())
+            self._eval_sums[g] += torch.tensor([score[sel].sum(), res.returns[sel].sum(), 100.0 * res.successes[sel].sum(),
+                                                res.q_means.get(g, 0.0) * n, n], dtype=torch.float64)
 
     def on_validation_epoch_end(self) -> None:
-        curve = getattr(self, "_curve", None)
-        if curve is None or self.trainer.sanity_checking:
+        # every rank joins (also one whose share was empty): sums and counts over all ranks, then the means
+        sums = self.trainer.strategy.reduce(self._eval_sums.to(self.device), reduce_op="sum").cpu()
+        names = self.eval_groups()
+        if float(sums[:, 4].min()) == 0:
+            return  # no episode was evaluated
+        means = sums[:, :4] / sums[:, 4:]
+        for g, name in enumerate(names):
+            for j, metric in enumerate(("score", "return", "success", "q")):
+                self.log(f"val/{metric}_{name}", float(means[g, j]))
+        curve = means[:, 0].tolist()
+        self.log("val/score", curve[-1], prog_bar=True)
+        if self.trainer.sanity_checking:
             return
         fig, ax = plt.subplots(figsize=(4, 3))
         ax.plot(range(len(curve)), curve, marker="o")
-        ax.set_xticks(range(len(curve)), self.eval_groups())
+        ax.set_xticks(range(len(curve)), names)
         ax.set_xlabel("evaluation policy")
         ax.set_ylabel("score")
         ax.set_title(f"step {int(self.updates)}")
@@ -333,9 +380,12 @@ class VGF(OfflineRLModule):
         """All random numbers of one update, drawn up front (the order the eager code drew them in), so the update
         itself is a pure function of (parameters, batch, noise) that `torch.compile` can trace without a generator."""
         hp, kw = self.hparams, {"generator": generator, "device": self.device}
-        return {"particles": torch.randn(batch_size, hp.num_particles, hp.action_dim, **kw),  # x_0 of mu_theta(.|s')
-                "fm_x0": torch.randn(batch_size, hp.action_dim, **kw),                       # flow matching x_0
-                "fm_t": torch.rand(batch_size, 1, **kw)}                                    # flow matching t
+        world, rank = self.world()
+        n = batch_size * world  # drawn for the global batch, this rank's rows kept (`rank_rows`)
+        noise = {"particles": torch.randn(n, hp.num_particles, hp.action_dim, **kw),  # x_0 of mu_theta(.|s')
+                 "fm_x0": torch.randn(n, hp.action_dim, **kw),                       # flow matching x_0
+                 "fm_t": torch.rand(n, 1, **kw)}                                    # flow matching t
+        return noise if world == 1 else {k: v[rank::world].contiguous() for k, v in noise.items()}
 
     def _td_target(self, next_obs: torch.Tensor, rewards: torch.Tensor, masks: torch.Tensor,
                    noise: torch.Tensor) -> torch.Tensor:
@@ -382,7 +432,8 @@ class VGF(OfflineRLModule):
         self.manual_backward(out["critic_loss"] + out["bc_loss"])  # disjoint parameters: one backward for both
         if hp.compile_update and self.optimizer_steps_are_plain() and not self.lr_schedulers():
             # the raw optimizers stepped in one compiled graph; with a scheduler the learning rate changes every step
-            # and would recompile it, so that case stays eager
+            # and would recompile it, so that case stays eager. Under DDP the steps are not plain (Lightning's
+            # strategy steps them): the eager steps below, on the gradients `manual_backward` averaged over the ranks
             self.apply_updates_compiled(opt_critic.optimizer, opt_actor.optimizer)
             self.count_optimizer_steps(opt_critic, opt_actor)
         else:
