@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
+import signal
 from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
 
 from lit_iclr.cli import main
 
@@ -99,3 +103,16 @@ def _close(a: str, b: str, atol: float) -> bool:
         return a == b or abs(float(a) - float(b)) <= atol * max(1.0, abs(float(a)))
     except ValueError:
         return False
+
+
+
+class SignalAtBatch(Callback):
+    """Sends SIGTERM when the `batch`-th training batch (0-based, of the first epoch) is about to start: a stop by batch,
+    for methods whose `global_step` counts several optimizer steps per batch (VGF's actor and critic)."""
+
+    def __init__(self, batch: int):
+        self.batch = batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == 0 and batch_idx == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -106,7 +106,7 @@ def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, monkeypatch, na
     if full is None or full.trainer.global_step != STOP_STEPS:
         pytest.skip(f"{name} does not train for {STOP_STEPS} steps (a sampling/eval twin)")
     if stop == "signal":
-        send = json.dumps({"class_path": "tests.core.toy.SignalAtStep", "init_args": {"step": STOP_AT - 1}})
+        send = json.dumps({"class_path": "tests.twin.SignalAtBatch", "init_args": {"batch": STOP_AT - 1}})
         part = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_STEPS), "--trainer.callbacks+", send)
     else:
         # A stop by `max_steps` is a shorter run: a schedule sized from `trainer.estimated_stepping_batches` (AIRE-Prune,
@@ -115,9 +115,10 @@ def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, monkeypatch, na
         with monkeypatch.context() as m:
             m.setattr(Trainer, "estimated_stepping_batches", property(_sized_for(STOP_STEPS)))
             part = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_AT))
-    assert part.trainer.global_step == STOP_AT
+    # stopped inside the run (VGF counts two optimizer steps per batch: global_step 4 after 2 or 3 batches)
+    assert 0 < part.trainer.global_step < STOP_STEPS
     ckpt = final_checkpoint(tmp_path / "part")
-    assert ckpt["global_step"] == STOP_AT
+    assert ckpt["global_step"] == part.trainer.global_step
     resumed = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_STEPS), "--ckpt_path", "last")
     assert resumed.trainer.global_step == STOP_STEPS
     atol = TOLERANCE.get(name, (0.0, ""))[0]
