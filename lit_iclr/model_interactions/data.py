@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from lit_iclr.core.corpus import Document, iter_jsonl, read_jsonl_documents, split_of, wikipedia_documents
 from lit_iclr.core.data import BaseDataModule, ensure_generated
 from lit_iclr.core.errors import ConfigError, DatasetFormatError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import EveryIndexOnEveryRank, ResumableDataLoader
 from lit_iclr.core.tokenizer import EOS_ID, encode_batch, load_tokenizer, train_bpe
 
 from .theory import counts
@@ -225,10 +225,19 @@ class InteractionData(BaseDataModule):
     # ------------------------------------------------------------------------------------------------ loaders
     def train_dataloader(self):
         generation = self.trainer.current_epoch if self.trainer else 0
-        if generation > 0 and self.alpha > 0 and not self.pool_path(generation - 1).exists():
-            self.trainer.lightning_module.publish(generation - 1, self.pool_path(generation - 1))
+        if generation > 0 and self.alpha > 0:
+            # Under DDP rank 0 decides whether the previous generation's pool is missing and writes it; the others
+            # wait, then read that file. (Each rank used to check the file itself: a rank that looked before rank 0
+            # had written it failed to read it, and rank 0 then waited for it in the next collective for good.)
+            path, strategy = self.pool_path(generation - 1), self.trainer.strategy
+            if strategy.broadcast(not path.exists()) and self.trainer.is_global_zero:
+                self.trainer.lightning_module.publish(generation - 1, path)
+            strategy.barrier("model_interactions.pool")
         return ResumableDataLoader(MixDataset(self.mix(generation)), batch_size=self.batch_size, shuffle=True,
                                    seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self):
-        return DataLoader(EvalDataset(self.eval_ids, self.eval_task), batch_size=max(self.batch_size, 32))
+        # the whole evaluation set on every rank (its CKA needs all representations at once): every rank computes
+        # the same metrics, each sample counted once
+        data = EvalDataset(self.eval_ids, self.eval_task)
+        return DataLoader(data, batch_size=max(self.batch_size, 32), sampler=EveryIndexOnEveryRank(len(data)))

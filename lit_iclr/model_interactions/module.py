@@ -110,14 +110,21 @@ class InteractionLM(BaseModule):
         self.history.append(row)
         for key in ("own_ppl", "cross_ppl", "public_ppl", "js", "cka"):
             self.log(f"val/{key}", row[key], batch_size=1)
-        if self.trainer.is_global_zero and self.trainer.log_dir:
-            with (Path(self.trainer.log_dir) / "interactions.jsonl").open("a") as f:
+        # `trainer.log_dir` is a broadcast from rank 0 under DDP: every rank reads it. (Read only on rank 0, after
+        # `is_global_zero and ...`, it left rank 0 waiting in that broadcast for good after the first generation.)
+        log_dir = self.trainer.log_dir
+        if self.trainer.is_global_zero and log_dir:
+            with (Path(log_dir) / "interactions.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
 
     # ------------------------------------------------------------------------------------------------ the pool
     @torch.no_grad()
     def publish(self, generation: int, path: str | Path) -> None:
-        """Every model samples `synthetic_sequences` texts; written as gen_<g>.jsonl (text, task, source_model, generation)."""
+        """Every model samples `synthetic_sequences` texts; written as gen_<g>.jsonl (text, task, source_model, generation).
+
+        Rank 0 only (the others read the file it writes): it has no collective, so no rank waits for another here."""
+        if not self.trainer.is_global_zero:
+            return
         dm = self.trainer.datamodule
         tok, T = dm.tokenizer, self.hparams.max_positions
         g = torch.Generator(device=self.device).manual_seed(self.hparams.seed * 100_003 + generation)
@@ -130,8 +137,7 @@ class InteractionLM(BaseModule):
             for text in tok.decode_batch(ids.tolist(), skip_special_tokens=True):
                 rows.append({"text": text, "task": dm.topics[k], "source_model": k, "generation": generation})
         self.train(was_training)
-        if self.trainer.is_global_zero:
-            write_pool(path, rows)
+        write_pool(path, rows)
 
     def on_train_end(self):
         """Keep the last generation's corpus too (every generation's corpus is kept)."""
