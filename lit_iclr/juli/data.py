@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core.data import BaseDataModule
 from lit_iclr.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import EveryIndexOnEveryRank, ResumableDataLoader
 from lit_iclr.core.safetensors_check import check_safetensors
 
 from . import chats
@@ -195,12 +195,20 @@ class PolicyChats(BaseDataModule):
                 check_safetensors(weights, fix)
 
     def train_dataloader(self):
-        stream = StepStream(self.policy, self.attack, self.policy_steps, self.attack_steps, self.batch_size, self.seed)
+        # the stream of global batches (batch_size x processes chats a step): under DDP rank r takes items r, r + world,
+        # ... of each (core/loader.py), so every rank is in the same phase at every step and the ranks' batches
+        # together are one process's global batch (a stream of per-device batches split the phases mid-batch)
+        world = self.trainer.world_size if self.trainer is not None else 1
+        stream = StepStream(self.policy, self.attack, self.policy_steps, self.attack_steps, self.batch_size * world,
+                            self.seed)
         return ResumableDataLoader(stream, batch_size=self.batch_size, shuffle=False, seed=self.seed,
                                    collate_fn=collate_chats, num_workers=self.num_workers)
 
     def val_dataloader(self):
-        return DataLoader(self.eval, batch_size=len(self.eval), shuffle=False, collate_fn=collate_chats)
+        # the whole evaluation set on every rank (the detector's AUROC needs all of it at once): every rank computes
+        # one process's metrics, each request counted once
+        return DataLoader(self.eval, batch_size=len(self.eval), sampler=EveryIndexOnEveryRank(len(self.eval)),
+                          collate_fn=collate_chats)
 
     def describe(self) -> str:
         return (f"PolicyChats: {self.world}-policy chats (OpenAI chat JSONL) and target={self.target} at {self.path}; "

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 
+from lit_iclr.core.grad_sync import backward_and_average
 from lit_iclr.core.module import BaseModule
 
 from .api import TopKLogprobAPI
@@ -80,8 +81,13 @@ class JULI(BaseModule):
             model, tokenizer = load_causal_lm(path)
         model.requires_grad_(False)
         self.target = [model, tokenizer]  # a list: the frozen target is not this module's state (nor checkpointed)
-        self.adapters = LoRAAdapters(model, tuple(self.hparams.lora_targets), self.hparams.lora_rank,
-                                     self.hparams.lora_alpha)
+        # the LoRA init (A ~ Kaiming uniform) from the config's seed, not from wherever the global generator stands
+        # when the strategy builds the model: under DDP rank 0 arrived here with another random state than one
+        # process (its A was another draw, 0.33 apart), and the random state of the run is left as it was
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.hparams.seed)
+            self.adapters = LoRAAdapters(model, tuple(self.hparams.lora_targets), self.hparams.lora_rank,
+                                         self.hparams.lora_alpha)
         self.adapters.attach()
         h = self.hparams
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -104,6 +110,17 @@ class JULI(BaseModule):
 
     def configure_optimizers(self):
         return [self.policy_optimizer(self.adapters.parameters()), self.optimizer(self.net.parameters())]
+
+    def manual_backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
+        """`BaseModule.manual_backward`; under DDP, `loss.backward()` and the gradients it wrote averaged over the ranks.
+
+        The step alternates deliberately: the alignment phase trains the LoRA adapters only, the attack phase the
+        BiasNet only, so each backward reaches one of the two, and DDP's reducer (which expects every parameter in each
+        backward) is left out (`core/grad_sync.py`). Every rank is in the same phase at the same step (`data.py`)."""
+        trainer = self._trainer
+        if trainer is None or trainer.world_size == 1:
+            return super().manual_backward(loss, *args, **kwargs)
+        backward_and_average(self, loss, trainer.world_size, *args, **kwargs)
 
     def training_step(self, batch, batch_idx):
         opt_policy, opt_net = self.optimizers()
