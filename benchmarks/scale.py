@@ -159,12 +159,17 @@ def default_step_loss(module, batch):
 
 def step_cost(module, batch, reps: int = 2) -> dict:
     """CPU time of one training step (median of `reps` after one warm-up) and the bytes its autograd graph saves."""
-    from lit_iclr.core.plan import step_flops
+    from torch.utils.flop_counter import FlopCounterMode
 
     module.train()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        flops = step_flops(module, batch, default_step_loss)
+        with FlopCounterMode(display=False) as counter:  # forward + backward (+ a manual step's own backward)
+            loss = default_step_loss(module, batch)
+            if loss is not None and loss.requires_grad:
+                loss.backward()
+        module.zero_grad(set_to_none=True)
+        flops = int(counter.get_total_flops())
         saved: dict[int, int] = {}
 
         def pack(t):
@@ -384,6 +389,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--out", default=str(scale_data.ROOT), help="where the synthetic files go")
     p.add_argument("--figure", default=None, help="write the figure here (e.g. seeds/figures/scale_readers.png)")
     p.add_argument("--json", default="benchmarks/out/scale.json")
+    p.add_argument("--merge", default=None, help="earlier --json results: rows of the methods run now replace theirs")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: measure one method, print its JSON
     p.add_argument("--accelerator", default=ACCEL)
     p.add_argument("--mfu", type=float, default=MFU)
@@ -424,6 +430,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"  {name}: FAILED (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
             continue
         results.append(json.loads(got[-1][len("SCALE-RESULT "):]))
+    if args.merge:
+        ran = {r["method"] for r in results}
+        old = [r for r in json.loads(Path(args.merge).read_text()) if r["method"] not in ran]
+        results = sorted(old + results, key=lambda r: list(SPECS).index(r["method"]))
     print(tables(results, args.accelerator, args.mfu))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
