@@ -16,6 +16,7 @@ import torch
 
 from lit_iclr.core import plan as P
 from lit_iclr.core.plan_memory import Strategy, held_by_forward
+from tests.twin import print_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs" / "paper").glob("*.yaml"))
@@ -47,6 +48,11 @@ def _batch1(config: str) -> tuple[float, int, dict]:
     flops, acts, _ = P.measure_step(module, batch, hooks.step_loss)
     memory = P._memory(module, batch, Strategy("single", 1), "32-true", hooks, acts)
     return memory["total"], flops, memory
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_prints_through_the_cli_without_the_dataset(config, capsys):
+    assert "class_path" in print_config(config, capsys)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
