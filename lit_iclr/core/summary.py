@@ -4,11 +4,19 @@ A method chooses its headline metrics with the hook `summary_metrics` on its Lig
 patterns over logged metric names, `{stage}` standing for `val` (after fit/validate) or `test`. Metrics named
 `<metric>/<who>` (a model and its baselines, e.g. `val/rmse_norm_6h/persistence`) are shown as one row with a column per
 `<who>`. Without the hook the method's default below is used, else every metric of the stage.
+
+A method states its headline with the hook `headline` (returning a `Headline`): the metric, its direction, and the
+baselines it is compared with. Baselines computed in the same run on the same data are logged metric keys; expensive ones
+are `CardValue`s read from the method card and marked as such. The summary then opens with one table, method vs each
+baseline and the difference, and says in words which side is ahead.
 """
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +33,87 @@ DEFAULT_HEADLINES: dict[str, tuple[str, ...]] = {
     "lit_iclr.heapr": ("{stage}/ppl", "{stage}/topic_acc", "{stage}/achieved_ratio"),
 }
 MAX_ROWS = 12
+
+
+@dataclass(frozen=True)
+class CardValue:
+    """A baseline too expensive for the default job: its value as measured in the card, and where (file and table)."""
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    """What a method's run is for. Keys may hold `{stage}` (`val` after fit/validate, `test` after test).
+
+    metric: the logged key of the method's number. higher_is_better: its direction. baselines: name -> logged key of
+    the same quantity for a baseline computed in this run on the same data. card: name -> `CardValue` for baselines
+    read from the card. claim: the paper's claim in one line, as this run tests it. method: the label of the method's
+    row. extra: other logged keys worth showing under the table (e.g. a trend the claim is about).
+    """
+    metric: str
+    higher_is_better: bool
+    baselines: Mapping[str, str] = field(default_factory=dict)
+    card: Mapping[str, CardValue] = field(default_factory=dict)
+    claim: str = ""
+    method: str = "method"
+    extra: tuple[str, ...] = ()
+
+    def keys(self, stage: str) -> list[str]:
+        return [k.format(stage=stage) for k in (self.metric, *self.baselines.values(), *self.extra)]
+
+
+def module_headline(module: Any) -> Headline | None:
+    hook = getattr(module, "headline", None)
+    value = hook() if callable(hook) else hook
+    if value is not None and not isinstance(value, Headline):
+        raise TypeError(f"{type(module).__name__}.headline must return a lit_iclr.core.summary.Headline, "
+                        f"not {type(value).__name__}")
+    return value
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else str(x)
+
+
+def headline_lines(metrics: Mapping[str, float], head: Headline, stage: str) -> list[str]:
+    """The headline table: method vs each baseline, the difference (method - baseline), and who is ahead."""
+    key = head.metric.format(stage=stage)
+    direction = "higher is better" if head.higher_is_better else "lower is better"
+    lines = [f"  headline: {key} ({direction})" + (f" - {head.claim}" if head.claim else "")]
+    if key not in metrics:
+        lines.append(f"  {key} was not logged in this run (no {stage} pass reached it; see the card for its value)")
+        return lines
+    mine = float(metrics[key])
+    rows: list[tuple[str, str, str, str]] = [(head.method, _fmt(mine), "", "")]
+    ahead, behind = [], []
+    others = [(name, k.format(stage=stage), None) for name, k in head.baselines.items()]
+    others += [(f"{name} (card)", None, cv) for name, cv in head.card.items()]
+    for name, k, card in others:
+        value = card.value if card is not None else metrics.get(k)
+        if value is None:
+            rows.append((name, "not logged", "", k))
+            continue
+        diff = mine - float(value)
+        better = (diff > 0) == head.higher_is_better and diff != 0
+        (ahead if better else behind).append(name)
+        verdict = "method ahead" if better else ("tie" if diff == 0 else "method behind")
+        rows.append((name, _fmt(float(value)), f"{diff:+.4g} ({verdict})", card.source if card else k))
+    widths = [max(len(r[i]) for r in [("who", "value", "method - who", "source"), *rows]) for i in range(4)]
+    for r in [("who", "value", "method - who", "source"), *rows]:
+        lines.append("  " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if ahead or behind:
+        parts = []
+        if ahead:
+            parts.append("ahead of " + ", ".join(ahead))
+        if behind:
+            parts.append("behind " + ", ".join(behind))
+        lines.append(f"  {head.method} is " + "; ".join(parts) + " on " + key)
+    for k in head.extra:
+        k = k.format(stage=stage)
+        if k in metrics:
+            lines.append(f"  {k} = {_fmt(float(metrics[k]))}")
+    return lines
 
 
 def headline_patterns(module: Any, stage: str) -> tuple[str, ...]:
@@ -74,11 +163,17 @@ def summary_lines(trainer, module, subcommand: str) -> list[str]:
         lines.append(f"  checkpoint: {ckpt.last_model_path or ckpt.best_model_path}")
     elif subcommand != "fit" and trainer.ckpt_path:
         lines.append(f"  checkpoint: {trainer.ckpt_path}")
+    head = module_headline(module) if module is not None else None
+    if head is not None:
+        lines += headline_lines(metrics, head, stage)
+        shown = set(head.keys(stage))
+        metrics = {k: v for k, v in metrics.items() if k not in shown}
     table = headline_table(metrics, headline_patterns(module, stage))
     if table:
-        lines.append(f"  headline metrics ({'last validation' if stage == 'val' else 'test'}):")
+        label = "other metrics" if head is not None else "headline metrics"
+        lines.append(f"  {label} ({'last validation' if stage == 'val' else 'test'}):")
         lines += table
-    elif subcommand == "fit":
+    elif subcommand == "fit" and head is None:
         lines.append("  no validation metrics logged yet (limit_val_batches=0, or no validation before the end)")
     figures = sorted((run / "figures").glob("*.png"))
     if figures:
