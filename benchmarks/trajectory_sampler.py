@@ -11,6 +11,8 @@ Per seed the predictor is fitted with Lightning and `ModelCheckpoint(save_top_k=
 is read back with `load_trajectory` (the sampler's own loader). Tasks:
 - boolean16: n = 16 rugged + deceptive needle; TV of the chains' end states to the exact target exp(beta f_final)
   (2^16 states enumerated; "floor" = TV of as many exact i.i.d. draws), needle rate, hit rate, evaluations to first hit.
+- needle: boolean16 with the training data's share of needle positives swept (`--needle-fractions`, 0 = uniform
+  inputs, where the needle appears by chance 2^-8 of the time): where trajectory annealing wins and where it loses.
 - boolean32: n = 32, hit rate and time to first hit of the needle.
 - modes: 2-D ring of 8 sharp Gaussians regressed by an MLP, MALA; modes covered, chains in a mode, mode-histogram TV.
 - dna: PWM motifs + epistatic pairs on one-hot DNA (L = 24), GWG; best and mean true affinity of the designs.
@@ -91,13 +93,14 @@ def run_methods(scores, x0, beta, m, kernel, seed, hit=None, groups=1, **kw):
     return out
 
 
-def task_boolean(seed, args, n, tmp):
-    dm = BooleanLandscapeData(data_dir=str(DATA), n_bits=n, num_samples=args.samples * (n // 16), batch_size=128)
+def task_boolean(seed, args, n, tmp, needle_fraction=0.2):
+    dm = BooleanLandscapeData(data_dir=str(DATA), n_bits=n, num_samples=args.samples * (n // 16), batch_size=128,
+                              needle_fraction=needle_fraction)
     dm.prepare_data()
     dm.setup("fit")
     f = dm.landscape()
     model = LandscapePredictor(input_dim=n, hidden=128, depth=2)
-    steps, models, fit_s = fit(model, dm, args.steps, args.steps // args.K, seed, tmp / f"bool{n}")
+    steps, models, fit_s = fit(model, dm, args.steps, args.steps // args.K, seed, tmp / f"bool{n}-{needle_fraction}")
     scores = [bits_score(as_score(mm)) for mm in models]
     g = torch.Generator().manual_seed(seed)
     x0 = onehot_bits(torch.randint(0, 2, (args.chains, n), generator=g))
@@ -110,6 +113,8 @@ def task_boolean(seed, args, n, tmp):
             pi = torch.softmax(args.beta * models[-1](X), 0)
             pi_true = torch.softmax(args.beta * f(X), 0)
         floor = tv_counts(torch.multinomial(pi, args.chains, replacement=True, generator=g), pi)
+        needle_mass = float(pi[f.in_needle(X)].sum())  # the exact target's mass on the needle
+        start_tv = tv_counts((x0[..., 1].long() << torch.arange(n)).sum(-1), pi)  # the uniform start states' TV
     for method, (state, trace, secs) in res.items():
         x = state.x[..., 1]
         hit = trace.first_hit >= 0
@@ -121,6 +126,8 @@ def task_boolean(seed, args, n, tmp):
             r["tv"] = tv_counts(idx, pi)
             r["tv_true"] = tv_counts(idx, pi_true)
             r["tv_floor"] = floor
+            r["target_needle_mass"] = needle_mass
+            r["tv_start"] = start_tv
         rows[method] = r
     return {"rows": rows, "fit_s": fit_s, "checkpoints": len(steps)}
 
@@ -260,6 +267,14 @@ def one_seed(seed: int, args_dict: dict) -> dict:
                 out[task] = task_boolean(seed, args, 32, tmp)
             elif task == "modes":
                 out[task] = task_modes(seed, args, tmp)
+            elif task == "needle":  # the training data's share of needle positives, swept
+                for frac in args.needle_fractions:
+                    key = f"needle{frac:g}"
+                    out[key] = task_boolean(seed, args, 16, tmp, needle_fraction=frac)
+                    (OUT / f"seed{seed}-{key}.json").write_text(json.dumps(out[key]))
+                    print(f"  seed {seed} {key}: " + json.dumps({m: round(r["tv"], 3) for m, r in out[key]["rows"].items()}),
+                          flush=True)
+                continue
             elif task == "dna":
                 out[task] = task_dna(seed, args, tmp)
             else:
@@ -301,12 +316,40 @@ def table(results, task, cols, headline):
         print(f"- {headline}, trajectory - {m}: {paired_ci(a, b)} (paired over {len(seeds)} seeds, 95% t-CI)")
 
 
+def needle_table(results, fractions):
+    """TV to the exact target per training needle share: where trajectory annealing wins and where it loses."""
+    print("\n### needle_fraction sweep (n = 16; TV of the chains' end states to exp(beta f_final), 2^16 states exact)\n")
+    base = [m for m in SAMPLERS if m != "trajectory"]
+    print("| needle_fraction | target's needle mass | start (uniform) | " + " | ".join(SAMPLERS) + " | "
+          + " | ".join(f"trajectory - {m} (95% CI)" for m in base) + " |")
+    print("|---|---|---|" + "---|" * (len(SAMPLERS) + len(base)))
+    for frac in fractions:
+        key = f"needle{frac:g}"
+        seeds = sorted(s for s in results if key in results[s])
+        if not seeds:
+            continue
+        rows = lambda m, c: [results[s][key]["rows"][m].get(c, float("nan")) for s in seeds]  # noqa: E731
+        label = f"{frac:g}" if frac > 0 else "0 (uniform: 2^-8 by chance)"
+        cells = [fmt(rows("trajectory", "target_needle_mass")), fmt(rows("trajectory", "tv_start"))]
+        cells += [fmt(rows(m, "tv")) for m in SAMPLERS]
+        cells += [paired_ci(rows("trajectory", "tv"), rows(m, "tv")) for m in base]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    print("\nneedle rate of the chains (share ending inside the needle):\n")
+    print("| needle_fraction | " + " | ".join(SAMPLERS) + " |\n|---|" + "---|" * len(SAMPLERS))
+    for frac in fractions:
+        key = f"needle{frac:g}"
+        seeds = sorted(s for s in results if key in results[s])
+        if seeds:
+            print(f"| {frac:g} | " + " | ".join(fmt([results[s][key]["rows"][m]["needle_rate"] for s in seeds])
+                                             for m in SAMPLERS) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--tasks", default="boolean16,boolean32,modes,dna,counterfactual,walsh,speed")
+    p.add_argument("--tasks", default="boolean16,needle,boolean32,modes,dna,counterfactual,walsh,speed")
     p.add_argument("--steps", type=int, default=800, help="predictor training steps (modes: 1.5x)")
     p.add_argument("--K", type=int, default=20, help="checkpoints kept (every steps/K)")
     p.add_argument("--m", type=int, default=15, help="MCMC steps per checkpoint")
@@ -323,6 +366,8 @@ def main():
     p.add_argument("--cf-queries", type=int, default=8)
     p.add_argument("--cf-chains", type=int, default=4, help="chains per query image")
     p.add_argument("--cf-seeds", type=int, default=3, help="sampler seeds over the one classifier trajectory")
+    p.add_argument("--needle-fractions", default="0,0.02,0.1,0.2",
+                   help="needle task: shares of training inputs with every needle bit set (0: uniform inputs, 2^-8 by chance)")
     p.add_argument("--seed-list", default=None, help="comma-separated seeds (overrides --seeds)")
     p.add_argument("--report", action="store_true", help="only print the tables from the per-seed files in the out folder")
     p.add_argument("--tag", default="results", help="results file name: benchmarks/out/trajectory_sampler/<tag>.json")
@@ -330,6 +375,7 @@ def main():
     if args.quick:
         args.seeds, args.steps, args.chains, args.m, args.cf_steps, args.cf_train = 1, 400, 128, 10, 100, 2000
     args.tasks = args.tasks.split(",")
+    args.needle_fractions = [float(v) for v in str(args.needle_fractions).split(",")]
     torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -342,7 +388,8 @@ def main():
     if args.report:  # tables from the per-seed files earlier (possibly parallel, per-task) runs left in OUT
         for f in sorted(OUT.glob("seed*-*.json")):
             seed, task = f.stem[4:].split("-", 1)
-            if task in args.tasks and int(seed) in seeds:
+            wanted = task in args.tasks or ("needle" in args.tasks and task.startswith("needle"))
+            if wanted and int(seed) in seeds:
                 results.setdefault(int(seed), {})[task] = json.loads(f.read_text())
         seeds = sorted(results)
     extra = {}
@@ -373,6 +420,8 @@ def main():
     if any("boolean16" in r for r in results.values()):
         table(results, "boolean16", ["tv", "tv_floor", "tv_true", "needle_rate", "hit_rate", "first_hit_median", "acceptance"],
               "tv")
+    if "needle" in args.tasks:
+        needle_table(results, args.needle_fractions)
     if any("boolean32" in r for r in results.values()):
         table(results, "boolean32", ["needle_rate", "hit_rate", "first_hit_median", "acceptance"], "hit_rate")
     if any("modes" in r for r in results.values()):
