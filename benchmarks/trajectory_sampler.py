@@ -328,7 +328,9 @@ def needle_table(results, fractions):
         seeds = sorted(s for s in results if key in results[s])
         if not seeds:
             continue
-        rows = lambda m, c: [results[s][key]["rows"][m].get(c, float("nan")) for s in seeds]  # noqa: E731
+        def rows(m, c, key=key, seeds=seeds):
+            return [results[s][key]["rows"][m].get(c, float("nan")) for s in seeds]
+
         label = f"{frac:g}" if frac > 0 else "0 (uniform: 2^-8 by chance)"
         cells = [fmt(rows("trajectory", "target_needle_mass")), fmt(rows("trajectory", "tv_start"))]
         cells += [fmt(rows(m, "tv")) for m in SAMPLERS]
