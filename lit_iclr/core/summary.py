@@ -37,9 +37,11 @@ MAX_ROWS = 12
 
 @dataclass(frozen=True)
 class CardValue:
-    """A baseline too expensive for the default job: its value as measured in the card, and where (file and table)."""
+    """A baseline too expensive for the default job: its value as measured in the card, and where (file and table).
+    `stage` ("val" / "test") shows it only after that stage, when the card measured it on that split."""
     value: float
     source: str
+    stage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def headline_lines(metrics: Mapping[str, float], head: Headline, stage: str) -> 
     rows: list[tuple[str, str, str, str]] = [(head.method, _fmt(mine), "", "")]
     ahead, behind = [], []
     others = [(name, k.format(stage=stage), None) for name, k in head.baselines.items()]
-    others += [(f"{name} (card)", None, cv) for name, cv in head.card.items()]
+    others += [(f"{name} (card)", None, cv) for name, cv in head.card.items() if cv.stage in (None, stage)]
     for name, k, card in others:
         value = card.value if card is not None else metrics.get(k)
         if value is None:

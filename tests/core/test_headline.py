@@ -35,6 +35,13 @@ def test_higher_is_better_flips_the_verdict_and_a_missing_baseline_is_named():
     assert rows["absent"][0] == "not logged" and rows["absent"][2] == "test/nothing"
 
 
+def test_a_card_value_of_another_split_is_not_shown():
+    head = Headline(metric="{stage}/mse", higher_is_better=False,
+                    card={"backbone": CardValue(0.75, "seeds/x.md", stage="test")})
+    assert "backbone (card)" not in _rows(headline_lines({"val/mse": 0.7}, head, "val"))
+    assert _rows(headline_lines({"test/mse": 0.7}, head, "test"))["backbone (card)"][1] == "-0.05 (method ahead)"
+
+
 def test_a_metric_not_logged_says_so_instead_of_a_table():
     lines = headline_lines({}, Headline(metric="{stage}/acc", higher_is_better=True), "val")
     assert len(lines) == 2 and "val/acc was not logged" in lines[1]
