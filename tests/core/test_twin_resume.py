@@ -86,6 +86,15 @@ def _sized_for(max_steps: int):
     return sized
 
 
+def stop_batch(trainer) -> int:
+    """The 0-based batch during which the signal is sent: the batch of step `STOP_AT` where each batch is one optimizer
+    step, else the middle batch of the full run. VGF's modules take 2 or 3 optimizer steps per batch (critic, actor,
+    value), so its 6-step run is 2 or 3 batches: a signal during batch `STOP_AT - 1` would land at the run's last batch,
+    where `max_steps` ends the fit anyway, and nothing would be resumed."""
+    batches = trainer.fit_loop.epoch_loop.batch_progress.total.completed
+    return min(STOP_AT, -(-batches // 2)) - 1
+
+
 @pytest.mark.parametrize("stop", ["signal", "max_steps"])
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in CONFIGS])
 def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, monkeypatch, name, stop):
@@ -106,7 +115,7 @@ def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, monkeypatch, na
     if full is None or full.trainer.global_step != STOP_STEPS:
         pytest.skip(f"{name} does not train for {STOP_STEPS} steps (a sampling/eval twin)")
     if stop == "signal":
-        send = json.dumps({"class_path": "tests.twin.SignalAtBatch", "init_args": {"batch": STOP_AT - 1}})
+        send = json.dumps({"class_path": "tests.twin.SignalAtBatch", "init_args": {"batch": stop_batch(full.trainer)}})
         part = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_STEPS), "--trainer.callbacks+", send)
     else:
         # A stop by `max_steps` is a shorter run: a schedule sized from `trainer.estimated_stepping_batches` (AIRE-Prune,
@@ -115,7 +124,7 @@ def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, monkeypatch, na
         with monkeypatch.context() as m:
             m.setattr(Trainer, "estimated_stepping_batches", property(_sized_for(STOP_STEPS)))
             part = fit_twin(name, tmp_path / "part", *run, "--trainer.max_steps", str(STOP_AT))
-    # stopped inside the run (VGF counts two optimizer steps per batch: global_step 4 after 2 or 3 batches)
+    # stopped inside the run (VGF counts 2 or 3 optimizer steps per batch: global_step 3 or 4 after the stop)
     assert 0 < part.trainer.global_step < STOP_STEPS
     ckpt = final_checkpoint(tmp_path / "part")
     assert ckpt["global_step"] == part.trainer.global_step
