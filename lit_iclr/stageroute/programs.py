@@ -150,24 +150,37 @@ def horizon_oracle_value(mu: np.ndarray, c: np.ndarray, alpha: np.ndarray, avail
     convex in nu (a max of linear functions), minimised by a bounded scalar search. Unlike the per-stage oracle held to b
     in every stage, it may move budget between stages, as a paced policy under the total budget B = b T can, and (being
     the LP relaxation) time-share between deployments of the same pool, so no policy beats it in expectation."""
+    return float(horizon_oracle_rates(mu, c, alpha, avail, total_budget, m_max).sum())
+
+
+def horizon_oracle_rates(mu: np.ndarray, c: np.ndarray, alpha: np.ndarray, avail: np.ndarray, total_budget: float,
+                         m_max: int) -> np.ndarray:
+    """V_B split over the queries: v_t = nu* B / T + max_{D, q} sum q (mu - nu* c) over the models available at t, at the
+    dual minimiser nu* of `horizon_oracle_value`. sum_t v_t = V_B; the prefix sums give the benchmark's share of the
+    first t queries, so `cumsum(v)[t - 1] - reward_t` is a regret curve that ends at the regret against V_B."""
     from scipy.optimize import minimize_scalar
 
-    sets, counts = np.unique(np.asarray(avail, bool), axis=0, return_counts=True)
-    groups = []
-    for mask, n in zip(sets, counts, strict=True):
+    avail = np.asarray(avail, bool)
+    sets, inverse, counts = np.unique(avail, axis=0, return_inverse=True, return_counts=True)
+    subsets = []
+    for mask in sets:
         idx = np.flatnonzero(mask)
-        if len(idx):
-            size = min(m_max, len(idx))
-            groups.append((idx[np.array(list(itertools.combinations(range(len(idx)), size)), dtype=int)], float(n)))
+        size = min(m_max, len(idx))
+        subsets.append(idx[np.array(list(itertools.combinations(range(len(idx)), size)), dtype=int)] if len(idx) else None)
+
+    def pattern_values(nu: float) -> np.ndarray:
+        out = np.zeros(len(sets))
+        for k, sub in enumerate(subsets):
+            if sub is not None:
+                w = mu[sub] - nu * c[sub]
+                out[k] = float((_greedy(w, alpha[sub]) * w).sum(-1).max())
+        return out
 
     def dual(nu: float) -> float:
-        total = nu * total_budget
-        for sub, n in groups:
-            w = mu[sub] - nu * c[sub]
-            total += n * float((_greedy(w, alpha[sub]) * w).sum(-1).max())
-        return total
+        return nu * total_budget + float(counts @ pattern_values(nu))
 
     with np.errstate(divide="ignore"):
         hi = float(np.max(np.where(c > 0, mu / np.maximum(c, 1e-300), 0.0))) + 1.0  # beyond it no costly model pays
     res = minimize_scalar(dual, bounds=(0.0, hi), method="bounded", options={"xatol": 1e-10})
-    return min(float(res.fun), dual(0.0), dual(hi))
+    nu = min((float(res.x), 0.0, hi), key=dual)
+    return nu * total_budget / len(avail) + pattern_values(nu)[inverse.ravel()]
