@@ -167,3 +167,18 @@ def test_compiled_forward_and_gradients_agree_with_eager():
     for a, b in zip(outs[0][1], outs[1][1], strict=True):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
     assert compiled._compiled_forward is not None and "_compiled_forward" not in dict(compiled.named_modules())
+
+
+def test_naive_forecasts_are_the_last_observed_value_and_the_lookback_mean():
+    from lit_iclr.reimts.module import naive_forecasts
+
+    # one record, 3 lookback slots (the last padded), 2 variables; variable 1 is never observed
+    x = torch.tensor([[[1.0, 9.0], [3.0, 9.0], [0.0, 0.0]]])
+    m = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [0.0, 0.0]]])
+    batch = {"x": x, "x_mask": m, "x_time": torch.tensor([[0.1, 0.4, 0.0]]), "y": torch.zeros(1, 2, 2)}
+    out = naive_forecasts(batch)
+    assert out["last_value"].shape == (1, 2, 2)
+    assert torch.equal(out["last_value"][0, :, 0], torch.tensor([3.0, 3.0]))  # the slot at t=0.4, not the padding
+    assert torch.equal(out["lookback_mean"][0, :, 0], torch.tensor([2.0, 2.0]))
+    assert torch.equal(out["last_value"][0, :, 1], torch.zeros(2)) and torch.equal(out["lookback_mean"][0, :, 1],
+                                                                                   torch.zeros(2))
