@@ -300,14 +300,17 @@ def flow_figure(model: AsyncBEV, dm: NuScenesAsync, delayed: str, offset: float,
 
 
 def detection_table(all_res: dict[int, dict], seeds: list[int]) -> list[str]:
-    lines = ["| delayed | offset (s) | method | NDS all | mAP all | NDS dynamic | mAP dynamic | mAVE all |",
-             "|---|---|---|---|---|---|---|---|"]
+    """Dynamic / static: ground truth by its own speed (> 0.2 m/s), predictions with the ground truth they match
+    (`lit_iclr.asyncbev.evaluate.motion_split`)."""
+    lines = ["| delayed | offset (s) | method | NDS dynamic | mAP dynamic | mAVE dynamic | NDS static | NDS all | mAP all "
+             "| mAVE all |", "|---|---|---|---|---|---|---|---|---|---|"]
     for k in result_keys(all_res[seeds[0]]):
         delayed, off, comp = k.split("/")
         name = "synchronous" if float(off) == 0 and comp == "none" else NAMES[comp]
         vals = [all_res[s][k] for s in seeds]
-        cells = [mean_std([v[sp][m] for v in vals]) for sp, m in
-                 (("all", "NDS"), ("all", "mAP"), ("dynamic", "NDS"), ("dynamic", "mAP"), ("all", "mAVE"))]
+        cells = [mean_std([v.get(sp, {}).get(m, float("nan")) for v in vals]) for sp, m in
+                 (("dynamic", "NDS"), ("dynamic", "mAP"), ("dynamic", "mAVE"), ("static", "NDS"), ("all", "NDS"),
+                  ("all", "mAP"), ("all", "mAVE"))]
         lines.append(f"| {delayed} | {off} | {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -317,12 +320,14 @@ def result_keys(res: dict) -> list[str]:
 
 
 def nds_cis(all_res: dict[int, dict], seeds: list[int], args) -> list[str]:
-    """Paired 95% CIs of dynamic / all NDS: AsyncBEV - EMC, oracle - EMC, EMC - synchronous, AsyncBEV@0 - synchronous."""
+    """Paired 95% CIs of dynamic / all NDS: AsyncBEV against EMC and no compensation, EMC - no compensation,
+    oracle - EMC, EMC - synchronous, AsyncBEV@0 - synchronous."""
     out, r0 = [], all_res[seeds[0]]
     for delayed in args.delayed:
         sync = f"{delayed}/0.0/none"
         for off in args.offsets:
-            pairs = [("asyncbev", "emc"), ("oracle", "emc"), ("emc", sync)] if off else [("asyncbev", sync)]
+            pairs = ([("asyncbev", "emc"), ("asyncbev", "none"), ("emc", "none"), ("oracle", "emc"), ("emc", sync)]
+                     if off else [("asyncbev", sync)])
             for a, b in pairs:
                 ka = f"{delayed}/{off}/{a}"
                 kb = b if "/" in b else f"{delayed}/{off}/{b}"

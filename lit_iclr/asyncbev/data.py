@@ -195,3 +195,7 @@ class NuScenesAsync(BaseDataModule):
 
     def val_dataloader(self):
         return DataLoader(self.dataset("val", self.val_offset), batch_size=self.batch_size, num_workers=self.num_workers)
+
+    def test_dataloader(self):
+        """The validation split again (nuScenes' test split has no public annotations), at the same offset."""
+        return self.val_dataloader()
