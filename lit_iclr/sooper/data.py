@@ -2,7 +2,8 @@
 `infos/cost`) and the real environment.
 
 Training is online: one "batch" is one real episode, collected by the module in `training_step`; the DataModule yields
-`online_episodes` episode indices per epoch and hands out fresh environments with `make_env`.
+`online_episodes` episode indices per epoch and hands out fresh environments with `make_env`. Validation is one item: the
+module evaluates the learner and the prior on held-out reset seeds in one `validation_step`.
 
 The dataset must have been recorded on the configured task: besides the observation/action dimensions, the task the
 file records (`metadata/task` + `metadata/task_kwargs` of a D4RL-layout file, the `env_spec` entry point + kwargs of a
@@ -226,6 +227,10 @@ class SafeOfflineData(BaseDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_Episodes(self.online_episodes), batch_size=None)
+
+    def val_dataloader(self) -> DataLoader:
+        # one item: the module runs its held-out evaluation episodes (learner and prior) in one validation_step
+        return DataLoader(_Episodes(1), batch_size=None)
 
     def describe(self) -> str:
         n = 0 if self.transitions is None else len(self.transitions["rewards"])

@@ -8,8 +8,12 @@ One LightningModule, one code path for SOOPER and its baselines (`filter`, `lagr
    C_t + gamma_c^t Q_c(s, a) < d, else pi_hat(s) (`filter: sooper`; `advantage` is SAILR's rule, `none` no shield).
 3. Then: fit the **dynamics ensemble** on the real replay; **imagine** rollouts from replay states in the optimistic,
    terminating planning MDP (`planning.imagine`); **SAC** on the imagined transitions; the prior's cost critic updated
-   **pessimistically** on real data: target = max(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)) (the paper's min, for
-   a negated cost, in this file's positive-cost convention: Q_c stays an upper bound).
+   on real data by the authors' pessimistic cost update: target = min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a))
+   (positive costs): Q_c starts as a conservative offline estimate and real data can only lower it, which expands the
+   set of actions the shield lets through (`cost_update: max` keeps the opposite rule, measured in the card).
+4. **Validation** (once, after the real episodes): the deterministic pi through the same shield and the prior alone on
+   the same held-out reset seeds; logged as `val/return` vs `val/return_prior`, the discounted cost vs `val/budget`, and
+   the intervention rate of the first and last real episodes (the paper's claim: it decays as Q_c is corrected).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import torch.nn.functional as F
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
+from lit_iclr.core.summary import Headline
 
 from .nets import Critics, DeterministicPolicy, DynamicsEnsemble, TanhGaussianActor
 from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, unsafe_mask
@@ -33,13 +38,24 @@ def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None
             t.lerp_(s, tau)
 
 
-def pessimistic_cost_target(cost: torch.Tensor, q_next: torch.Tensor, q_now: torch.Tensor, gamma_c: float) -> torch.Tensor:
-    """PessimisticCostUpdate: max(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)); the estimate can only go up.
+COST_UPDATES = ("min", "max")
 
-    The paper writes min(...) for a critic of the negated cost (a safety value, larger is safer); here costs are
-    positive and Q_c is a cost-to-go that the shield needs as an *upper* bound, so the same rule is a max: real data
-    can raise Q_c where the prior turned out costlier than believed, never lower it below the offline estimate."""
-    return torch.maximum(cost + gamma_c * q_next, q_now)
+
+def pessimistic_cost_target(cost: torch.Tensor, q_next: torch.Tensor, q_old: torch.Tensor, gamma_c: float,
+                            rule: str = "min") -> torch.Tensor:
+    """The online target of the prior's cost critic on a real transition (s, a, c, s').
+
+    `min` (default) is the authors' PessimisticCostUpdate (yardenas/safe-sim2real,
+    `ss2r/algorithms/sac/q_transforms.py`): min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)) with positive costs
+    (their shield `ss2r/algorithms/mbpo/safety_filters.py` compares accumulated_cost + Q_c with the budget). Q_c starts
+    conservative (the offline fit is an upper estimate) and a real transition can only lower it towards the one-step
+    backup of what actually happened, so actions the data show to be cheap become admissible: the safe set expands.
+    `max` is the opposite rule (real data can only raise the estimate, so the shield can only tighten)."""
+    if rule == "min":
+        return torch.minimum(cost + gamma_c * q_next, q_old)
+    if rule == "max":
+        return torch.maximum(cost + gamma_c * q_next, q_old)
+    raise ConfigError(f"cost_update must be one of {COST_UPDATES}, got {rule!r}")
 
 
 class SOOPER(BaseModule):
@@ -50,7 +66,8 @@ class SOOPER(BaseModule):
     def __init__(self, obs_dim: int, action_dim: int, budget: float = 5.0, filter: str = "sooper",
                  lagrangian: bool = False, learn: bool = True, optimism: float = 0.1, pessimism: float = 1.0,
                  discount: float = 0.99, cost_discount: float = 0.99, cost_kappa: float = 1.0, cost_margin: float = 0.0,
-                 cost_fqe_target: str = "pessimistic", prior_tau: float = 0.01, prior_path: str | None = None,
+                 cost_fqe_target: str = "pessimistic", cost_update: str = "min", prior_tau: float = 0.01,
+                 prior_path: str | None = None,
                  undiscounted_phi: bool = False,
                  advantage_threshold: float = 0.1, ensemble_size: int = 5, model_hidden: list[int] | None = None,
                  actor_hidden: list[int] | None = None, critic_hidden: list[int] | None = None, critic_heads: int = 2,
@@ -79,6 +96,9 @@ class SOOPER(BaseModule):
             cost_fqe_target: Offline fitted-Q target of Q_c^{pi_hat}: `pessimistic` (every head regresses on
                 c + gamma_c (mean + kappa std of the target heads at (s', pi_hat(s'))), heads on Bayesian-bootstrap
                 weights of the data) or `per_head` (each head bootstraps on itself: an unbiased but not an upper estimate).
+            cost_update: Online update of Q_c^{pi_hat} on real transitions: `min` (the authors' PessimisticCostUpdate:
+                min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)), real data can only lower the conservative estimate)
+                or `max` (the opposite: real data can only raise it).
             prior_tau: Polyak rate of the prior critics' targets during the offline fit (larger: faster FQE propagation
                 of the cost over the effective horizon 1 / (1 - gamma_c)).
             prior_path: File caching the fitted prior (pi_hat, Q_r, Q_c, and the warm-started actor): loaded with
@@ -109,7 +129,8 @@ class SOOPER(BaseModule):
             lr_critic: Adam learning rate of SAC's critic and the temperature.
             lr_model: Adam learning rate of the dynamics ensemble.
             lr_prior: Adam learning rate of the prior (offline) and its online cost update.
-            eval_episodes: Episodes of the final evaluation (deterministic pi through the same filter).
+            eval_episodes: Episodes of the validation (deterministic pi through the same filter, and the prior alone on
+                the same reset seeds).
             seed: Seed of action sampling, imagined rollouts and minibatches.
         """
         super().__init__()
@@ -117,6 +138,8 @@ class SOOPER(BaseModule):
             raise ConfigError(f"filter must be one of {FILTERS}, got {filter!r}")
         if cost_fqe_target not in ("pessimistic", "per_head"):
             raise ConfigError(f"cost_fqe_target must be 'pessimistic' or 'per_head', got {cost_fqe_target!r}")
+        if cost_update not in COST_UPDATES:
+            raise ConfigError(f"cost_update must be one of {COST_UPDATES}, got {cost_update!r}")
         self.save_hyperparameters()
         self.automatic_optimization = False
         actor_hidden, critic_hidden = actor_hidden or [64, 64], critic_hidden or [128, 128]
@@ -136,6 +159,8 @@ class SOOPER(BaseModule):
         self.replay: dict[str, torch.Tensor] = {}
         self.offline: dict[str, torch.Tensor] = {}
         self.imagined: dict[str, torch.Tensor] = {}
+        self.interventions: list[float] = []  # intervention rate of every real episode, in order (checkpointed)
+        self.final: dict[str, float] = {}
         self.gen = torch.Generator().manual_seed(seed)
         self.np_rng = np.random.default_rng(seed)
 
@@ -164,10 +189,12 @@ class SOOPER(BaseModule):
     def on_save_checkpoint(self, checkpoint) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint["sooper_replay"] = self.replay
+        checkpoint["sooper_interventions"] = list(self.interventions)
 
     def on_load_checkpoint(self, checkpoint) -> None:
         super().on_load_checkpoint(checkpoint)
         self.replay = checkpoint.get("sooper_replay", {})
+        self.interventions = list(checkpoint.get("sooper_interventions", []))
 
     # ----------------------------------------------------------------------------------------------- the prior
     def on_fit_start(self) -> None:
@@ -249,9 +276,10 @@ class SOOPER(BaseModule):
 
     # --------------------------------------------------------------------------------------------- real episodes
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, cum_cost: float, discount_t: float, deterministic: bool) -> tuple[np.ndarray, bool]:
-        """The shielded action on the real system and whether the shield intervened."""
-        if not self.hparams.learn:
+    def act(self, obs: torch.Tensor, cum_cost: float, discount_t: float, deterministic: bool,
+            prior_only: bool = False) -> tuple[np.ndarray, bool]:
+        """The shielded action on the real system and whether the shield intervened (`prior_only`: pi_hat acts)."""
+        if prior_only or not self.hparams.learn:
             return self.prior(obs[None])[0].numpy(), False
         a, _ = self.actor(obs[None], deterministic=deterministic)
         unsafe = unsafe_mask(self.planning_config(), obs[None], a, torch.tensor([cum_cost]), torch.tensor([discount_t]),
@@ -260,7 +288,8 @@ class SOOPER(BaseModule):
             return self.prior(obs[None])[0].numpy(), True
         return a[0].numpy(), False
 
-    def run_episode(self, seed: int, deterministic: bool = False, record: bool = True) -> dict[str, float]:
+    def run_episode(self, seed: int, deterministic: bool = False, record: bool = True,
+                    prior_only: bool = False) -> dict[str, float]:
         h = self.hparams
         obs, _ = self.env.reset(seed=seed)
         rows = {k: [] for k in ("observations", "actions", "rewards", "costs", "next_observations", "cum_cost", "disc")}
@@ -268,7 +297,7 @@ class SOOPER(BaseModule):
         disc, interventions, steps, done = 1.0, 0, 0, False
         while not done:
             o = torch.as_tensor(obs, dtype=torch.float32)
-            a, intervened = self.act(o, cum, disc, deterministic)
+            a, intervened = self.act(o, cum, disc, deterministic, prior_only)
             nxt, r, term, trunc, info = self.env.step(a)
             c = info["cost"]
             if record:
@@ -309,15 +338,20 @@ class SOOPER(BaseModule):
         return float(loss.detach())
 
     def update_prior_cost(self, opt) -> None:
-        """Pessimistic update of Q_c^{pi_hat} on the real replay (never below its previous value)."""
+        """Online update of Q_c^{pi_hat} on the real replay (`pessimistic_cost_target`, rule `cost_update`).
+
+        As in the authors' PessimisticCostUpdate (`ss2r/algorithms/sac/q_transforms.py`, with the target network as
+        `q_fn` in `ss2r/algorithms/mbpo/losses.py`): both the backup c + gamma_c Q_c(s', pi_hat(s')) and the old value
+        Q_c(s, a) are read from the target heads, averaged over heads, and every head regresses on the one target."""
         h = self.hparams
         for _ in range(h.prior_cost_updates):
             b = self._batch(self.replay, self.batch_size)
             s, a, s2 = b["observations"], b["actions"], b["next_observations"]
             with torch.no_grad():
-                y = pessimistic_cost_target(b["costs"], self.prior_cost_target(s2, self.prior(s2)), self.prior_cost(s, a),
-                                            h.cost_discount)
-            loss = F.mse_loss(self.prior_cost(s, a), y)
+                q_next = self.prior_cost_target(s2, self.prior(s2)).mean(0)  # Q_c(s', pi_hat(s')), mean over heads
+                q_old = self.prior_cost_target(s, a).mean(0)
+                y = pessimistic_cost_target(b["costs"], q_next, q_old, h.cost_discount, h.cost_update)
+            loss = F.mse_loss(self.prior_cost(s, a), y.expand(h.critic_heads, -1))
             opt.zero_grad()
             self.manual_backward(loss)
             opt.step()
@@ -355,6 +389,7 @@ class SOOPER(BaseModule):
         ep = self.run_episode(seed=h.seed * 1_000_003 + int(self.global_step) + 7 * int(self.real_steps))
         env_time = time.perf_counter() - t0
         self.real_steps += ep["steps"]
+        self.interventions.append(ep["intervention_rate"])
         violated = ep["discounted_cost"] > h.budget
         self.violations += int(violated)
         if h.lagrangian:  # dual ascent on J_c - d
@@ -384,13 +419,40 @@ class SOOPER(BaseModule):
             logs["train/lagrange"] = float(self.lagrange)
         self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
 
-    def on_fit_end(self) -> None:
-        """Final evaluation: the deterministic policy through the same filter, on held-out reset seeds."""
-        if self.hparams.eval_episodes <= 0:
-            return
-        eps = [self.run_episode(seed=10_000 + i, deterministic=True, record=False) for i in range(self.hparams.eval_episodes)]
-        self.final = {k: float(np.mean([e[k] for e in eps])) for k in ("return", "cost", "discounted_cost",
-                                                                         "intervention_rate")}
-        self.final["violations"] = float(sum(e["discounted_cost"] > self.hparams.budget for e in eps))
-        for logger in self.loggers:
-            logger.log_metrics({f"final/{k}": v for k, v in self.final.items()}, step=int(self.global_step))
+    # ----------------------------------------------------------------------------------------------- validation
+    def on_validation_start(self) -> None:
+        if not hasattr(self, "env"):  # `validate` without `fit`
+            self.env = self.trainer.datamodule.make_env()
+
+    def validation_step(self, batch, batch_idx) -> None:
+        """The learner (deterministic pi through the same filter) and the prior alone, on the same held-out reset seeds
+        (the prior baseline of the headline, computed in this run on this environment), and the intervention-rate trend
+        of the real episodes so far (first vs last `TREND` episodes)."""
+        h = self.hparams
+        n = max(h.eval_episodes, 1)
+        mine = [self.run_episode(seed=10_000 + i, deterministic=True, record=False) for i in range(n)]
+        prior = [self.run_episode(seed=10_000 + i, deterministic=True, record=False, prior_only=True) for i in range(n)]
+        mean = lambda eps, k: float(np.mean([e[k] for e in eps]))
+        over = lambda eps: float(sum(e["discounted_cost"] > h.budget for e in eps))
+        self.final = {k: mean(mine, k) for k in ("return", "cost", "discounted_cost", "intervention_rate")}
+        self.final["violations"] = over(mine)
+        logs = {f"val/{k}": v for k, v in self.final.items()}
+        logs.update({"val/return_prior": mean(prior, "return"), "val/discounted_cost_prior": mean(prior, "discounted_cost"),
+                     "val/violations_prior": over(prior), "val/budget": float(h.budget),
+                     "val/train_violations": float(self.violations)})
+        if self.interventions:
+            k = min(self.TREND, len(self.interventions))
+            logs["val/intervention_rate_first"] = float(np.mean(self.interventions[:k]))
+            logs["val/intervention_rate_last"] = float(np.mean(self.interventions[-k:]))
+        self.log_dict(logs, on_step=False, on_epoch=True, batch_size=1)
+
+    TREND = 5  # real episodes averaged at each end of the intervention-rate trend
+
+    def headline(self) -> Headline:
+        return Headline(
+            metric="{stage}/return", higher_is_better=True, baselines={"prior": "{stage}/return_prior"},
+            claim="SOOPER ends above its prior while its discounted cost stays below the budget, with interventions "
+                  "decaying over the real episodes",
+            method="SOOPER",
+            extra=("{stage}/discounted_cost", "{stage}/budget", "{stage}/violations", "{stage}/discounted_cost_prior",
+                   "{stage}/train_violations", "{stage}/intervention_rate_first", "{stage}/intervention_rate_last"))

@@ -15,8 +15,9 @@ def test_real_config_parses(config, capsys):
     assert "lit_iclr.sooper.module.SOOPER" in print_config(config, capsys)
 
 
-def test_twin_fits_collects_real_episodes_and_evaluates(tmp_path):
-    cli = fit_twin("sooper", tmp_path)
+def test_twin_fits_collects_real_episodes_and_evaluates(tmp_path, capsys):
+    # one validation pass after the real episodes, as configs/sooper.yaml has it (limit_val_batches: 1)
+    cli = fit_twin("sooper", tmp_path, "--trainer.limit_val_batches", "1")
     model = cli.trainer.lightning_module
     assert bool(model.prior_ready) and int(model.real_steps) == 2 * 20
     assert len(model.replay["rewards"]) == 40 and len(model.imagined["reward"]) > 0
@@ -27,9 +28,21 @@ def test_twin_fits_collects_real_episodes_and_evaluates(tmp_path):
     # the logged return is the real episode's: -sum of goal distances, over 20 steps from about 2 m away
     assert -45 < float(rows[0]["train/return"]) < -20
     assert set(model.final) >= {"return", "cost", "violations", "intervention_rate"}
+    val = [r for r in metric_rows(tmp_path) if r.get("val/return")]
+    assert len(val) == 1
+    v = val[0]
+    assert abs(float(v["val/return"]) - model.final["return"]) < 1e-4 and float(v["val/budget"]) == model.hparams.budget
+    # the prior baseline: pi_hat alone on the same held-out reset seed, recomputed here
+    ep = model.run_episode(seed=10_000, deterministic=True, record=False, prior_only=True)
+    assert abs(float(v["val/return_prior"]) - ep["return"]) < 1e-4
+    # the trend of the real episodes' intervention rates (first / last min(5, episodes) episodes: here 2 and 2)
+    rates = [float(r["train/intervention_rate"]) for r in rows]
+    assert abs(float(v["val/intervention_rate_first"]) - np.mean(rates)) < 1e-6
+    out = capsys.readouterr().out
+    assert "headline: val/return" in out and "return_prior" in out and "val/budget = 5" in out
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
     state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
-    assert len(state["sooper_replay"]["rewards"]) == 40
+    assert len(state["sooper_replay"]["rewards"]) == 40 and len(state["sooper_interventions"]) == 2
 
 
 def test_shield_hands_control_to_the_prior_when_the_budget_is_spent():

@@ -101,10 +101,60 @@ def test_accumulated_cost_makes_later_steps_unsafe():
     assert len(out["reward"]) == 2 * 4 and out["done"].view(4, 2)[:, 0].tolist() == [0, 0, 0, 1]
 
 
-def test_pessimistic_cost_target_never_lowers_the_upper_bound():
-    c, q_next, q_now = torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0]), torch.tensor([5.0, 0.5])
-    # max(1 + 0.9 * 2, 5) = 5 (real data cannot talk the bound down); max(0 + 0.9 * 1, 0.5) = 0.9 (it can raise it)
-    torch.testing.assert_close(pessimistic_cost_target(c, q_next, q_now, 0.9), torch.tensor([5.0, 0.9]))
+def test_cost_target_is_the_authors_min_by_hand():
+    """PessimisticCostUpdate (yardenas/safe-sim2real, ss2r/algorithms/sac/q_transforms.py): min(c + gamma Q', Q_old)
+    with positive costs: real data can lower the conservative estimate, never raise it."""
+    c, q_next, q_old = torch.tensor([1.0, 0.0, 0.5]), torch.tensor([2.0, 1.0, 5.0]), torch.tensor([5.0, 0.5, 3.0])
+    # backups 1 + 0.9 * 2 = 2.8, 0 + 0.9 * 1 = 0.9, 0.5 + 0.9 * 5 = 5.0 against the old 5.0, 0.5, 3.0:
+    # min -> 2.8 (lowered: the data show the action is cheaper), 0.5 (kept), 3.0 (kept: not raised to 5.0)
+    torch.testing.assert_close(pessimistic_cost_target(c, q_next, q_old, 0.9), torch.tensor([2.8, 0.5, 3.0]))
+    torch.testing.assert_close(pessimistic_cost_target(c, q_next, q_old, 0.9, "max"), torch.tensor([5.0, 0.9, 5.0]))
+
+
+def _constant_cost_critic(value: float, **kw):
+    """A SOOPER whose prior cost critic (and its target) outputs `value` everywhere: every weight zero but the output
+    bias, so one SGD step moves only that bias, by hand-computable amounts."""
+    from lit_iclr.sooper.module import SOOPER
+
+    model = SOOPER(obs_dim=OBS, action_dim=ACT, cost_discount=0.5, critic_hidden=[8], actor_hidden=[8], critic_heads=2,
+                   prior_cost_updates=1, tau=0.5, **kw)
+    with torch.no_grad():
+        for net in (model.prior_cost, model.prior_cost_target):
+            for p in net.parameters():
+                p.zero_()
+            net.net.out.bias.fill_(value)
+    model.manual_backward = lambda loss: loss.backward()  # no Trainer attached
+    model.batch_size = 16
+    return model
+
+
+def test_online_cost_update_against_the_authors_rule_by_hand():
+    """One update of Q_c on real transitions, Q_c = 3 everywhere, gamma_c = 0.5, SGD lr 0.1, 2 heads, tau 0.5.
+    Backup y' = c + 0.5 * 3. Cost 0: y' = 1.5; cost 4: y' = 5.5. Authors' min: target min(y', 3) = 1.5 or 3;
+    max: max(y', 3) = 3 or 5.5. Loss = mean over heads and batch of (b_k - y)^2, so d loss / d b_k = (b_k - y) (2 / K = 1)
+    and b_k <- 3 - 0.1 (3 - y); target bias <- 3 + 0.5 (b_k - 3)."""
+    n = 16
+    expected = {("min", 0.0): 2.85, ("min", 4.0): 3.0, ("max", 0.0): 3.0, ("max", 4.0): 3.25}
+    for (rule, cost), q_after in expected.items():
+        model = _constant_cost_critic(3.0, cost_update=rule)
+        s, s2 = torch.randn(n, OBS), torch.randn(n, OBS)
+        model.replay = {"observations": s, "actions": torch.rand(n, ACT) * 2 - 1, "next_observations": s2,
+                        "costs": torch.full((n,), cost), "rewards": torch.zeros(n)}
+        model.update_prior_cost(torch.optim.SGD(model.prior_cost.parameters(), lr=0.1))
+        with torch.no_grad():
+            q, q_target = model.prior_cost(s, model.prior(s)), model.prior_cost_target(s, model.prior(s))
+        torch.testing.assert_close(q, torch.full_like(q, q_after), msg=f"{rule}, cost {cost}")
+        torch.testing.assert_close(q_target, torch.full_like(q, 3.0 + 0.5 * (q_after - 3.0)), msg=f"{rule}, cost {cost}")
+
+
+def test_unknown_cost_update_is_refused():
+    import pytest
+
+    from lit_iclr.core.errors import ConfigError
+    from lit_iclr.sooper.module import SOOPER
+
+    with pytest.raises(ConfigError, match="cost_update"):
+        SOOPER(obs_dim=OBS, action_dim=ACT, cost_update="mean")
 
 
 def test_cost_margin_shifts_the_aggregate_and_kappa_one_covers_both_heads():
