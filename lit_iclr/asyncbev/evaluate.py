@@ -98,11 +98,11 @@ def motion_split(gt, pred, threshold: float = 0.2, match_dist: float = 4.0):
                 j = min(same, key=lambda j: center_distance(g[j], p[i]))
             where[i] = state[j]
         if tok in gt.boxes:
-            out[0].add_boxes(tok, [b for b, s in zip(g, state) if s])
-            out[2].add_boxes(tok, [b for b, s in zip(g, state) if not s])
+            out[0].add_boxes(tok, [b for b, s in zip(g, state, strict=True) if s])
+            out[2].add_boxes(tok, [b for b, s in zip(g, state, strict=True) if not s])
         if tok in pred.boxes:
-            out[1].add_boxes(tok, [b for b, w in zip(p, where) if w is not False])
-            out[3].add_boxes(tok, [b for b, w in zip(p, where) if w is not True])
+            out[1].add_boxes(tok, [b for b, w in zip(p, where, strict=True) if w is not False])
+            out[3].add_boxes(tok, [b for b, w in zip(p, where, strict=True) if w is not True])
     return tuple(out)
 
 
