@@ -10,6 +10,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure
+from lit_iclr.core.summary import Headline
 
 from .model import ENCODERS, pad_molecules
 
@@ -43,6 +44,8 @@ class ConformerEncoder(BaseModule):
         self.net = ENCODERS[encoder](hidden=hidden, n_interactions=n_interactions, n_rbf=n_rbf, cutoff=cutoff,
                                      extensive=extensive)
         self._abs_err: list[torch.Tensor] = []
+        self._init_state: dict[str, torch.Tensor] | None = None  # the encoder before training: a baseline MR
+        self._baseline_scores: dict[str, dict] | None = None  # fixed baselines are scored once per run
 
     def forward(self, z: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.net(z, pos)
@@ -83,15 +86,56 @@ class ConformerEncoder(BaseModule):
         if k and not self.trainer.sanity_checking and self.current_epoch % k == 0:
             self.log_gce()
 
-    def log_gce(self) -> None:
-        """Score the current embedding on the DataModule's 3DCS benchmark and log the headline metrics."""
+    def on_fit_start(self) -> None:
+        if self._init_state is None:
+            self._init_state = {k: v.detach().clone() for k, v in self.net.state_dict().items()}
+
+    def _score(self, bench, embed) -> dict:
         from .evaluate import score, summarise
 
+        return summarise(score(bench, embed, version=self.hparams.metric_version, unsup_kmax=self.hparams.unsup_kmax,
+                               window=self.hparams.energy_window))
+
+    def _baselines(self, bench) -> dict[str, dict]:
+        """GCE scores of the representations the trained encoder is read against, on the same benchmark rows: the
+        same encoder before training (its architecture's prior) and the element-pair distance histogram (a fixed 3-D
+        representation with no learning). Scored once per run: neither changes during training."""
+        if self._baseline_scores is None:
+            from copy import deepcopy
+
+            from .representations import DistanceHistogram
+
+            out = {"distance_histogram": self._score(bench, DistanceHistogram().embed)}
+            if self._init_state is not None:
+                untrained = deepcopy(self.net)
+                untrained.load_state_dict(self._init_state)
+                trained, self.net = self.net, untrained
+                try:
+                    out["untrained"] = self._score(bench, self.embed)
+                finally:
+                    self.net = trained
+            self._baseline_scores = out
+        return self._baseline_scores
+
+    def headline(self) -> Headline:
+        key = "gce/geometry_A1_spearman"
+        return Headline(metric=key, higher_is_better=True, method=f"{self.hparams.encoder}, trained",
+                        baselines={"same encoder untrained": f"{key}/untrained",
+                                   "distance histogram (no learning)": f"{key}/distance_histogram"},
+                        claim="a 3-D representation is geometry-sensitive within a molecule (Spearman of embedding "
+                              "distance vs RMSD > 0), and whether training adds to it is the benchmark's question",
+                        extra=tuple(f"gce/{m}{who}" for m in ("chirality_ES_AUC", "energy_spearman")
+                                    for who in ("", "/untrained", "/distance_histogram")) + ("val/mae_ev",))
+
+    HEADLINE_METRICS = (("geometry", "A1_spearman"), ("chirality", "ES_AUC"), ("energy", "spearman"))
+
+    def log_gce(self) -> None:
+        """Score the current embedding on the DataModule's 3DCS benchmark and log the headline metrics, with the
+        baselines' values of the three headline metrics as `gce/<axis>_<metric>/<baseline>`."""
         bench = getattr(getattr(self.trainer, "datamodule", None), "benchmark", None)
         if bench is None:
             return
-        res = summarise(score(bench, self.embed, version=self.hparams.metric_version,
-                              unsup_kmax=self.hparams.unsup_kmax, window=self.hparams.energy_window))
+        res = self._score(bench, self.embed)
         for axis, metric in (("geometry", "A1_spearman"), ("geometry", "G_cka_rbf"), ("geometry", "torsion_sp"),
                              ("chirality", "ES_AUC"), ("enantiomers", "ES_AUC"), ("energy", "spearman"),
                              ("energy", "ROC_AUC")):
@@ -100,6 +144,11 @@ class ConformerEncoder(BaseModule):
             mean = res[axis][metric][0]
             if np.isfinite(mean):
                 self.log(f"gce/{axis}_{metric}", float(mean))
+        for who, scores in self._baselines(bench).items():
+            for axis, metric in self.HEADLINE_METRICS:
+                mean = scores.get(axis, {}).get(metric, (float("nan"),))[0]
+                if np.isfinite(mean):
+                    self.log(f"gce/{axis}_{metric}/{who}", float(mean))
         if self.hparams.plot and bench.rotation:
             from .plots import torsion_figure
 

@@ -22,6 +22,12 @@ def test_tiny_twin_fits_and_scores_through_the_cli(tmp_path, tiny_3dcs):
     assert 0 <= float(gce[-1]["gce/energy_ROC_AUC"]) <= 1
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
     assert list((tmp_path / "figures").glob("gce_torsion_scan*.png"))
+    # the run's baselines: the fixed histogram's value is what scoring it directly gives; the untrained encoder's
+    # differs from the trained one's (it is scored with the weights from before the first step)
+    direct = summarise(score(Benchmark.load(tiny_3dcs), DistanceHistogram().embed))["geometry"]["A1_spearman"][0]
+    last = gce[-1]
+    assert float(last["gce/geometry_A1_spearman/distance_histogram"]) == pytest.approx(direct, rel=1e-6)
+    assert float(last["gce/geometry_A1_spearman/untrained"]) != float(last["gce/geometry_A1_spearman"])
 
 
 def test_real_config_parses(capsys):
