@@ -112,6 +112,10 @@ def build_on_meta(config_paths: list[str], overrides: list[str] | tuple[str, ...
 
 
 def _plain(node: Any) -> Any:
+    """A parsed config as plain dicts and lists. A jsonargparse `Namespace` is turned into a dict with `as_dict()`: its
+    `items()` yields flattened keys (`strategy.class_path`), which would lose a `strategy: {class_path: ...}` node."""
+    if hasattr(node, "as_dict"):
+        node = node.as_dict()
     if hasattr(node, "items"):
         return {k: _plain(v) for k, v in node.items()}
     if isinstance(node, (list, tuple)):

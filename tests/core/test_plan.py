@@ -155,6 +155,19 @@ def test_parse_strategy_reads_the_overlays():
     assert parse_strategy({"devices": [0, 1, 2]}) == Strategy("ddp", 3, 1)
 
 
+def test_a_strategy_given_by_class_path_is_planned_as_that_strategy(tmp_path, toy_config):
+    """`strategy: {class_path: ...}` (the FSDP overlay, HEAPr's and NAMEx's paper configs) reaches the plan: the parsed
+    config's Namespace listed its keys flattened (`strategy.class_path`), so the plan saw no strategy and assumed DDP."""
+    overlay = tmp_path / "fsdp.yaml"
+    overlay.write_text("trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.ModelParallelStrategy\n"
+                       "  devices: 4\n  num_nodes: 2\n")
+    _, _, trainer_cfg = P.build_on_meta([toy_config, str(overlay)])
+    assert trainer_cfg["strategy"]["class_path"] == "lightning.pytorch.strategies.ModelParallelStrategy"
+    assert parse_strategy(trainer_cfg) == Strategy("fsdp", 4, 2)
+    p = P.plan([toy_config, str(overlay)], "H100")
+    assert (p.strategy.kind, p.strategy.world, p.strategy.shards) == ("fsdp", 8, 4)
+
+
 def test_plan_of_a_config_and_its_schedule(toy_config):
     p = P.plan([toy_config], "H100", mfu=0.5)
     assert p.params["total"] == 321 and p.params_vs_paper == 0
