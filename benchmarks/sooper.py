@@ -2,7 +2,9 @@
 
 Every method runs configs/sooper.yaml through the CLI (same prior, networks, model, real-step budget), only the
 switches differ:
-  SOOPER            filter=sooper   (shield C_t + gamma_c^t Q_c(s, a) < d, rollouts terminate there with Q_r value)
+  SOOPER            filter=sooper   (shield C_t + gamma_c^t Q_c(s, a) < d, rollouts terminate there with Q_r value),
+                    online Q_c update min(c + gamma_c Q_c(s', pi_hat(s')), Q_c(s, a)) (authors' PessimisticCostUpdate)
+  SOOPER, max       the same with the opposite online rule max(...) (real data can only raise Q_c)
   prior             learn=false     (pi_hat alone)
   MB-SAC            filter=none     (unshielded model-based SAC, same optimism)
   SAC-Lagrangian    filter=none, lagrangian=true (reward r - lambda c on the same model data, dual ascent on J_c - d)
@@ -35,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = {
     "SOOPER": [],
+    "SOOPER, max cost update": ["--model.init_args.cost_update", "max"],
     "prior": ["--model.init_args.learn", "false"],
     "MB-SAC (unshielded)": ["--model.init_args.filter", "none"],
     "SAC-Lagrangian": ["--model.init_args.filter", "none", "--model.init_args.lagrangian", "true"],
@@ -45,7 +48,8 @@ METHODS = {
 def run(job: tuple[str, int, list[str], str, str]) -> dict:
     """One method, one seed, through the CLI; a finished run's result.json is reused (the benchmark resumes)."""
     method, seed, extra, out, config = job
-    run_dir = Path(out) / f"{method.split()[0]}-s{seed}"
+    slug = "".join(c if c.isalnum() else "-" for c in method.split(" (")[0]).strip("-")
+    run_dir = Path(out) / f"{slug}-s{seed}"
     if (run_dir / "result.json").exists():
         return json.loads((run_dir / "result.json").read_text())
     import torch
@@ -282,6 +286,16 @@ def report(results: list[dict], total: float, args) -> None:
     for m in by:
         if m != "prior":
             print(f"- {m} - prior, final return: {ci(final[m], final['prior'])}")
+    for m in by:  # the paper's claim: interventions decay as the shield's Q_c is corrected by real data
+        if m.startswith("SOOPER") or m.startswith("advantage"):
+            first5 = np.array([np.nanmean(r["intervention_rate"][:5]) for r in by[m]])
+            last5 = np.array([np.nanmean(r["intervention_rate"][-5:]) for r in by[m]])
+            print(f"- {m}, intervention rate last 5 - first 5 episodes: {ci(last5, first5)} "
+                  f"(per seed {', '.join(f'{a:.2f}->{b:.2f}' for a, b in zip(first5, last5, strict=True))})")
+    if "SOOPER, max cost update" in by:
+        mx = "SOOPER, max cost update"
+        print(f"- SOOPER - SOOPER with the max update, final return: {ci(final['SOOPER'], final[mx])}; over-budget "
+              f"episodes while learning: {ci(viol['SOOPER'], viol[mx])}")
     print(f"- prior - SOOPER, over-budget episodes while learning: {ci(viol['prior'], viol['SOOPER'])}")
     for m in by:
         if m not in ("SOOPER", "prior"):
