@@ -17,7 +17,15 @@ samples with MoSA's video network. "MoSA, ground-truth structure" samples MoSA's
 structure maps (the ceiling of the video stage). Evaluation networks (action classifier for the Frechet distance and
 text agreement, per-frame pose regressor) are trained once on the real training clips; a logistic regression on the
 training motions scores whether a plan shows the caption's action ("plan action acc.").
-Runs are appended to benchmarks/out/mosa/results<tag>.json as they finish and skipped on restart. Prints a markdown table
+
+Evaluation set: a second generated pool of the same task (generator seed 1, never trained on) split into two disjoint
+halves of `--n_eval` (256) clips: every method samples half A's prompts (with their cameras) and is compared with half
+B's real clips: FD (classifier features, 256 samples in 32 dimensions), KID (unbiased MMD^2, cubic polynomial kernel),
+and the "real clips" row scores half A's real clips the same way (the floor of FD/KID, and the real clips' own warp
+error, joint jerk and flicker). Joint jerk (third difference of the regressed 2-D joints) is the temporal-consistency
+measure no loss optimises; warp error is the tracking loss's own quantity, kept for reference.
+Each finished (method, seed) is stored as one file in benchmarks/out/mosa/runs<task><tag>/ and skipped on restart
+(processes started with different `--only_seeds` can run side by side). Prints a markdown table
 and writes seeds/figures/mosa_samples.png.
 """
 from __future__ import annotations
@@ -33,9 +41,9 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from lit_iclr.core.stats import mean_std, paired_ci
-from lit_iclr.mosa.data import HumanMotionVideo
+from lit_iclr.mosa.data import HumanMotionVideo, MotionVideoDataset, add_structure_maps
 from lit_iclr.mosa.maps import project
-from lit_iclr.mosa.metrics import PoseRegressor, VideoClassifier, evaluate_videos, fit_evaluators, foot_penetration, foot_skating
+from lit_iclr.mosa.metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, load_or_fit_evaluators
 from lit_iclr.mosa.module import MoSA
 from lit_iclr.mosa.objectives import euler_sample
 
@@ -68,13 +76,22 @@ def stack(ds, idx) -> dict[str, torch.Tensor]:
     return {k: torch.stack([it[k] for it in items]) for k in items[0]}
 
 
-def data(args) -> HumanMotionVideo:
-    dm = HumanMotionVideo(data_dir=str(ROOT / "data"), num_clips=args.clips, batch_size=args.batch,
-                          **TASKS[args.task]["data"])
+def data(args, seed: int = 0, clips: int | None = None) -> HumanMotionVideo:
+    dm = HumanMotionVideo(data_dir=str(ROOT / "data"), num_clips=clips or args.clips, batch_size=args.batch,
+                          generator_seed=seed, **TASKS[args.task]["data"])
     dm.prepare_data()
     dm.setup("fit")
     dm.setup("test")
     return dm
+
+
+def eval_pool(args) -> tuple[dict, dict]:
+    """Halves A (prompts) and B (real reference) of `n_eval` clips each from a pool generated with another seed."""
+    pool = data(args, seed=1, clips=int(2 * args.n_eval / 0.8) + 1)
+    clips = [c for split in ("train", "val", "test") for c in pool.splits[split].clips]
+    ds = MotionVideoDataset(clips, train=False)  # first caption of every clip
+    assert len(ds) >= 2 * args.n_eval
+    return stack(ds, range(args.n_eval)), stack(ds, range(args.n_eval, 2 * args.n_eval))
 
 
 def train(model: MoSA, train_ds, steps: int, batch: int, seed: int, lr: float, params, loss_fn) -> float:
@@ -108,19 +125,32 @@ def plan_features(plan: torch.Tensor) -> np.ndarray:
     return (plan - ref).flatten(1).numpy()
 
 
+def generate(model: MoSA, ev: dict, g: torch.Generator, maps=None, chunk: int = 64) -> dict[str, torch.Tensor]:
+    """model.generate (or, given `maps`, the video stage alone on them) over `ev` in chunks of prompts."""
+    outs = []
+    for i in range(0, len(ev["video"]), chunk):
+        part = {k: v[i:i + chunk] for k, v in ev.items()}
+        if maps is None:
+            outs.append(model.generate(part, g))
+        else:
+            m = maps[i:i + chunk]
+            outs.append({"video": euler_sample(lambda x, t: model.video_net(x, t, part["text_ids"], part["text_mask"], m),
+                                               tuple(part["video"].shape), model.hparams.video_steps, g).clamp(-1, 1)})
+    return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
+
+
 def score(model: MoSA, ev: dict, clf, reg, real_feats, seed: int, plan_clf, maps=None) -> tuple[dict, torch.Tensor]:
-    """Sample the prompts of `ev` (or, given `maps`, the video stage on those structure maps) and evaluate."""
+    """Sample the prompts of `ev` (or, given `maps`, the video stage on those structure maps) and evaluate them
+    against the real reference features (half B)."""
     model.eval()
     t0 = time.process_time()
     res, plan_uv = {}, None
     g = torch.Generator().manual_seed(seed)
+    out = generate(model, ev, g, maps)
+    video = out["video"]
     if maps is not None:  # the video stage alone on the true structure
-        video = euler_sample(lambda x, t: model.video_net(x, t, ev["text_ids"], ev["text_mask"], maps),
-                             tuple(ev["video"].shape), model.hparams.video_steps, g).clamp(-1, 1)
         plan_uv = ev["keypoints2d"]
     else:
-        out = model.generate(ev, g)
-        video = out["video"]
         if "plan" in out:
             res["plan_action_acc"] = float(plan_clf[model.structure].score(plan_features(out["plan"]), ev["action"].numpy()))
             if model.structure == "3d":
@@ -134,10 +164,9 @@ def score(model: MoSA, ev: dict, clf, reg, real_feats, seed: int, plan_clf, maps
     return res, video
 
 
-def job(name: str, seed: int, args, dm, evaluators) -> tuple[dict, dict]:
+def job(name: str, seed: int, args, dm, evaluators, ev: dict) -> tuple[dict, dict]:
     clf, reg, real_feats, plan_clf = evaluators
     train_ds = dm.splits["train"]
-    ev = stack(dm.splits["test"], range(min(args.n_eval, len(dm.splits["test"]))))
     torch.manual_seed(seed)
     kw = {**TASKS[args.task]["model"], "log_videos": 0, **METHODS[name], "vocab_size": dm.vocab_size,
           "num_frames": dm.num_frames, "image_size": dm.image_size}
@@ -167,11 +196,25 @@ def suffix(args) -> str:
     return "" if args.task == "default" else f"_{args.task}"
 
 
-def table(runs: list[dict]) -> str:
+REAL = "real clips (floor)"
+KEYS = ("fd", "kid", "text_acc", "plan_action_acc", "jerk_px", "flicker", "warp_err", "joint_err_px", "bone_err_cm",
+        "skating_cm")
+HEAD = ("| method | seeds | FD (256 vs 256) | KID x 1e3 | text agreement | plan action acc. | joint jerk (px/frame^3) "
+        "| flicker (0-255) | warp err (0-255) | joint err vs plan (px) | bone err (cm) | skating (cm/frame) "
+        "| plan penetration / skating (cm) | train CPU s (x direct) | sample CPU s/video (x direct) |")
+PAIRS = [("MoSA", "direct text-to-video", k) for k in ("kid", "fd", "jerk_px", "text_acc", "warp_err", "bone_err_cm")]
+PAIRS += [(ORACLE, "direct text-to-video", k) for k in ("kid", "fd", "jerk_px", "text_acc")]
+PAIRS += [("MoSA", "MoSA w/o tracking loss", k) for k in ("jerk_px", "flicker", "kid", "fd", "warp_err", "skating_cm")]
+PAIRS += [("MoSA", NO_CONTACT, k) for k in ("plan_skating_cm", "plan_penetration_cm", "kid", "jerk_px", "text_acc")]
+PAIRS += [("MoSA", "MoSA w/o HADC (concat)", k) for k in ("kid", "jerk_px", "text_acc", "joint_err_px")]
+PAIRS += [("MoSA", "2-D skeleton first", k) for k in ("kid", "jerk_px", "text_acc", "bone_err_cm")]
+
+
+def table(runs: list[dict], floor: dict | None = None) -> str:
     by: dict[str, dict[int, dict]] = {}
     for r in runs:
         for name, res in r["results"].items():
-            by.setdefault(name, {})[r["seed"]] = res
+            by.setdefault(name, {})[r["seed"]] = {**res, "kid": res["kid"] * 1e3}
     ref = by.get("direct text-to-video", {})
 
     def col(n: str, k: str, seeds=None) -> list[float]:
@@ -181,11 +224,7 @@ def table(runs: list[dict]) -> str:
         v = col(n, k)
         return "n/a" if np.isnan(v).all() else (f"{v[0]:.3g}" if len(v) == 1 else mean_std(v))
 
-    keys = ("fd", "text_acc", "plan_action_acc", "joint_err_px", "warp_err", "bone_err_cm", "skating_cm")
-    head = ("| method | seeds | FD (classifier feats) | text agreement | plan action acc. | joint err vs plan (px) "
-            "| warp err (0-255) | bone err (cm) | skating (cm/frame) | plan penetration / skating (cm) "
-            "| train CPU s (x direct) | sample CPU s/video (x direct) |")
-    lines = [head, "|" + "---|" * 12]
+    lines = [HEAD, "|" + "---|" * 15]
     ref_train = np.mean(col("direct text-to-video", "train_cpu_s")) if ref else float("nan")
     ref_sample = np.mean(col("direct text-to-video", "sample_s_per_video")) if ref else float("nan")
     for n in [r for r in ROWS if r in by]:
@@ -194,17 +233,16 @@ def table(runs: list[dict]) -> str:
         tr = np.mean(col(n, "train_cpu_s"))
         tr_s = "n/a" if n in (ORACLE, NO_CONTACT) else f"{tr:.0f} ({tr / ref_train:.2f}x)"
         spv = np.mean(col(n, "sample_s_per_video"))
-        lines.append(f"| {n} | {len(by[n])} | " + " | ".join(cell(n, k) for k in keys)
+        lines.append(f"| {n} | {len(by[n])} | " + " | ".join(cell(n, k) for k in KEYS)
                      + f" | {plan} | {tr_s} | {spv:.3f} ({spv / ref_sample:.2f}x) |")
-    lines += ["", "Paired differences over the seeds both methods ran (first minus second, 95% CI):"]
-    pairs = [("MoSA", "direct text-to-video", k) for k in ("fd", "text_acc", "warp_err", "bone_err_cm", "skating_cm")]
-    pairs += [(ORACLE, "direct text-to-video", k) for k in ("fd", "text_acc")]
-    pairs += [("MoSA", "2-D skeleton first", k) for k in ("joint_err_px", "bone_err_cm", "warp_err", "text_acc")]
-    pairs += [("MoSA", "MoSA w/o HADC (concat)", k) for k in ("joint_err_px", "warp_err", "fd", "text_acc")]
-    pairs += [("MoSA", "MoSA w/o tracking loss", k) for k in ("warp_err", "joint_err_px", "fd")]
-    pairs += [("MoSA", NO_CONTACT, k) for k in ("plan_penetration_cm", "plan_skating_cm", "plan_action_acc", "fd", "text_acc")]
-    pairs += [(NO_CONTACT, "direct text-to-video", k) for k in ("fd", "text_acc", "warp_err")]
-    for a, b, k in pairs:
+    if floor:
+        f = {**floor, "kid": floor["kid"] * 1e3}
+        lines.append(f"| {REAL} | - | " + " | ".join(f"{f[k]:.3g}" if k in f else "n/a" for k in KEYS)
+                     + " | n/a | n/a | n/a |")
+        lines.append(f"\nTrue motion (ground-truth 2-D keypoints of half A): joint jerk {floor['jerk_px_true_motion']:.3g} "
+                     "px/frame^3; the real row's jerk is that motion seen through the pose regressor.")
+    lines += ["", "Paired differences over the seeds both methods ran (first minus second, 95% CI; KID x 1e3):"]
+    for a, b, k in PAIRS:
         if a in by and b in by:
             seeds = sorted(set(by[a]) & set(by[b]))
             if len(seeds) < 2:
@@ -233,84 +271,82 @@ def figure(args, seed: int = 0) -> None:
         fig.savefig(out, dpi=70)
 
 
-def evaluators(args, dm) -> tuple[tuple, dict]:
-    """The action classifier and pose regressor (trained once and stored), and the plans' action classifiers."""
+def evaluators(args, dm, ev: dict, ref: dict) -> tuple[tuple, dict, dict]:
+    """The action classifier and pose regressor (fit once on the real training clips and stored), the reference
+    features of half B, the real-data floor (half A's real clips scored like a method), and the plans' classifiers."""
     tr = stack(dm.splits["train"], range(len(dm.splits["train"])))
-    path = OUT / f"evaluators{suffix(args)}.pt"
-    if path.exists():
-        saved = torch.load(path, weights_only=True)
-        clf, reg = VideoClassifier(), PoseRegressor(dm.image_size)
-        clf.load_state_dict(saved["clf"])
-        reg.load_state_dict(saved["reg"])
-        clf.eval(), reg.eval()
-        real_feats, info = saved["real_feats"].numpy(), saved.get("info", {})
-    else:
-        t0 = time.process_time()
-        clf, reg = fit_evaluators(tr, epochs=args.eval_epochs)
-        te = stack(dm.splits["test"], range(len(dm.splits["test"])))
-        with torch.no_grad():
-            real_feats = clf.features(te["video"]).numpy()
-            acc = float((clf(te["video"]).argmax(-1) == te["action"]).float().mean())
-            uv, _ = reg(te["video"].flatten(0, 1))
-            jerr = float((uv - te["keypoints2d"].flatten(0, 1)).norm(dim=-1).mean())
-        info = {"test_acc": acc, "joint_err_px": jerr}
-        torch.save({"clf": clf.state_dict(), "reg": reg.state_dict(), "real_feats": torch.as_tensor(real_feats),
-                    "info": info}, path)
-        print(f"evaluators: {info} ({time.process_time() - t0:.0f} CPU s)", flush=True)
+    t0 = time.process_time()
+    clf, reg = load_or_fit_evaluators(tr, OUT / f"evaluators{suffix(args)}_e{args.eval_epochs}.pt", args.eval_epochs)
+    with torch.no_grad():
+        real_feats = clf.features(ref["video"]).numpy()
+        acc = float((clf(ref["video"]).argmax(-1) == ref["action"]).float().mean())
+        uv, _ = reg(ref["video"].flatten(0, 1))
+        jerr = float((uv - ref["keypoints2d"].flatten(0, 1)).norm(dim=-1).mean())
+    info = {"classifier_acc_half_B": acc, "pose_joint_err_px_half_B": jerr, "cpu_s": time.process_time() - t0}
+    floor = evaluate_videos(ev["video"], ev, clf, reg, real_feats)
+    floor["jerk_px_true_motion"] = float(joint_jerk(ev["keypoints2d"]))
+    print(f"evaluators: {info}\nreal floor: {floor}", flush=True)
     y = tr["action"].numpy()
     plan_clf = {"3d": LogisticRegression(max_iter=2000).fit(plan_features(tr["joints3d"]), y),
                 "2d": LogisticRegression(max_iter=2000).fit(plan_features(tr["keypoints2d"] / dm.image_size * 2 - 1), y)}
-    return (clf, reg, real_feats, plan_clf), info
+    return (clf, reg, real_feats, plan_clf), info, floor
+
+
+def load_runs(folder: Path) -> list[dict]:
+    return [json.loads(f.read_text()) for f in sorted(folder.glob("*.json")) if f.name != "floor.json"]
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--only_seeds", type=int, nargs="+", default=None, help="run these seeds (default: range(seeds))")
     p.add_argument("--task", choices=list(TASKS), default="default")
     p.add_argument("--steps", type=int, default=None, help="video-stage training steps per model (default: the task's)")
     p.add_argument("--structure_steps", type=int, default=None, help="structure-stage steps (default: 2 x steps)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--clips", type=int, default=600)
-    p.add_argument("--n_eval", type=int, default=32, help="test prompts sampled per run")
+    p.add_argument("--n_eval", type=int, default=256, help="prompts sampled per run (and real reference clips)")
     p.add_argument("--eval_epochs", type=int, default=15)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--table_only", action="store_true", help="print the table of the stored runs")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--tag", default="", help="suffix of results<tag>.json (e.g. a longer-training scale run)")
+    p.add_argument("--tag", default="", help="suffix of the runs folder (e.g. a longer-training scale run)")
     args = p.parse_args()
     for k in ("steps", "batch", "lr"):
         if getattr(args, k) is None:
             setattr(args, k, TASKS[args.task][k])
     if args.structure_steps is None:
         args.structure_steps = 2 * args.steps
-    path = OUT / f"results{suffix(args)}{args.tag}.json"
-    if args.table_only:
-        print(table(json.loads(path.read_text())["runs"]))
-        return
+    folder = OUT / f"runs{suffix(args)}{args.tag}"
     if args.quick:
-        args.seeds, args.steps, args.structure_steps, args.clips, args.n_eval, args.eval_epochs = 1, 20, 20, 100, 8, 1
-        path = OUT / "results_quick.json"
+        args.seeds, args.steps, args.structure_steps, args.clips, args.n_eval, args.eval_epochs = 1, 20, 20, 100, 16, 1
+        folder = OUT / "runs_quick"
+    if args.table_only:
+        floor = folder / "floor.json"
+        print(table(load_runs(folder), json.loads(floor.read_text())["floor"] if floor.exists() else None))
+        return
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-    OUT.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     dm = data(args)
-    evs, info = evaluators(args, dm)
-    runs = json.loads(path.read_text())["runs"] if path.exists() else []
-    for seed in range(args.seeds):
+    ev, ref = eval_pool(args)
+    evs, info, floor = evaluators(args, dm, ev, ref)
+    (folder / "floor.json").write_text(json.dumps({"args": vars(args), "evaluators": info, "floor": floor}, indent=1))
+    for seed in args.only_seeds if args.only_seeds is not None else range(args.seeds):
         for name in args.methods:
-            if any(r["seed"] == seed and r["method"] == name for r in runs):
+            out = folder / f"{name.replace(' ', '_').replace('/', '').replace(',', '')}_{seed}.json"
+            if out.exists():
                 continue  # finished earlier
-            results, videos = job(name, seed, args, dm, evs)
-            runs.append({"seed": seed, "method": name, "results": results})
-            path.write_text(json.dumps({"args": vars(args), "evaluators": info, "runs": runs}, indent=1))
+            results, videos = job(name, seed, args, dm, evs, ev)
+            out.write_text(json.dumps({"seed": seed, "method": name, "results": results, "args": vars(args)}, indent=1))
             for n, v in videos.items():
                 torch.save(v, video_path(args, n, seed))
-            print(f"done {name} seed {seed}: " + json.dumps({k: {m: round(v, 3) for m, v in res.items()}
+            print(f"done {name} seed {seed}: " + json.dumps({k: {m: round(v, 4) for m, v in res.items()}
                                                               for k, res in results.items()}), flush=True)
     if not args.quick:
         figure(args)
-    print(table(runs))
+    print(table(load_runs(folder), floor))
 
 
 if __name__ == "__main__":

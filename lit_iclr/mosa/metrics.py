@@ -3,6 +3,8 @@ features, text agreement) and a per-frame pose regressor (joint error, bone-leng
 both trained on the real clips of the data set (they stand in for I3D / a pose estimator, which need downloads)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -25,13 +27,44 @@ def foot_skating(joints: torch.Tensor, height: float = 0.05) -> torch.Tensor:
     return (step * low).sum() / low.sum().clamp_min(1) * 100
 
 
-def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """||mu_a - mu_b||^2 + tr(S_a + S_b - 2 (S_a S_b)^(1/2)) of two feature sets (n, d)."""
-    mu_a, mu_b = a.mean(0), b.mean(0)
-    sa, sb = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+def frechet_gaussians(mu_a: np.ndarray, sa: np.ndarray, mu_b: np.ndarray, sb: np.ndarray) -> float:
+    """Frechet distance of two Gaussians: ||mu_a - mu_b||^2 + tr(S_a + S_b - 2 (S_a S_b)^(1/2))."""
     covmean = linalg.sqrtm(sa @ sb)
     covmean = covmean.real if np.iscomplexobj(covmean) else covmean
     return float(((mu_a - mu_b) ** 2).sum() + np.trace(sa + sb - 2 * covmean))
+
+
+def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """FD of two feature sets (n, d), each summarised by its mean and sample covariance (FVD's form). Needs n well above
+    d for a full-rank covariance: the benchmark uses n = 256 in d = 32; small sets are better compared by `kid`."""
+    return frechet_gaussians(a.mean(0), np.cov(a, rowvar=False), b.mean(0), np.cov(b, rowvar=False))
+
+
+def kid(a: np.ndarray, b: np.ndarray) -> float:
+    """Kernel Inception Distance (Binkowski et al. 2018): the unbiased estimate of MMD^2 between feature sets a (m, d)
+    and b (n, d) with the cubic polynomial kernel k(x, y) = (x . y / d + 1)^3. Unbiased at any sample size (the diagonal
+    k(x_i, x_i) is left out of the within-set means), so it can be compared across set sizes, and it may be < 0."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    m, n, d = len(a), len(b), a.shape[1]
+    kaa, kbb, kab = (a @ a.T / d + 1) ** 3, (b @ b.T / d + 1) ** 3, (a @ b.T / d + 1) ** 3
+    return float((kaa.sum() - np.trace(kaa)) / (m * (m - 1)) + (kbb.sum() - np.trace(kbb)) / (n * (n - 1))
+                 - 2 * kab.mean())
+
+
+def joint_jerk(uv: torch.Tensor) -> torch.Tensor:
+    """Mean norm of the third temporal difference of joint tracks uv (B, T, J, 2) (px / frame^3; needs T >= 4).
+
+    The temporal-consistency measure the losses do not optimise: the tracking loss constrains colour along tracks and
+    the contact loss the planned feet, while this reads the motion of the body a pose regressor sees in the frames.
+    Jittering limbs, popping poses and frame-to-frame flicker of the figure all raise it; compare it with the same
+    regressor on real clips (the floor), since the regressor's own noise adds to both."""
+    return (uv[:, 3:] - 3 * uv[:, 2:-1] + 3 * uv[:, 1:-2] - uv[:, :-3]).norm(dim=-1).mean()
+
+
+def flicker(video: torch.Tensor) -> torch.Tensor:
+    """Mean |x_{t+1} - 2 x_t + x_{t-1}| of videos (B, T, C, H, W) in [-1, 1], on the 0..255 scale: pixel acceleration,
+    high for frame-to-frame flicker, near zero for steady motion (reported beside the real clips' own)."""
+    return (video[:, 2:] - 2 * video[:, 1:-1] + video[:, :-2]).abs().mean() * 127.5
 
 
 class VideoClassifier(nn.Module):
@@ -98,6 +131,24 @@ def fit_evaluators(train: dict[str, torch.Tensor], epochs: int = 6, seed: int = 
     return clf.eval(), reg.eval()
 
 
+def load_or_fit_evaluators(train: dict[str, torch.Tensor], path: Path, epochs: int = 15
+                           ) -> tuple[VideoClassifier, PoseRegressor]:
+    """The classifier and pose regressor of `fit_evaluators`, fit on the real training clips once and stored at `path`
+    (like generated data: later runs on the same data read it back; delete the file to refit)."""
+    clf, reg = VideoClassifier(), PoseRegressor(train["video"].shape[-1])
+    if path.exists():
+        saved = torch.load(path, weights_only=True)
+        clf.load_state_dict(saved["clf"])
+        reg.load_state_dict(saved["reg"])
+        return clf.eval(), reg.eval()
+    clf, reg = fit_evaluators(train, epochs=epochs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"clf": clf.state_dict(), "reg": reg.state_dict()}, tmp)
+    tmp.replace(path)
+    return clf, reg
+
+
 @torch.no_grad()
 def evaluate_videos(video: torch.Tensor, batch: dict, clf: VideoClassifier, reg: PoseRegressor,
                     real_features: np.ndarray, plan_uv: torch.Tensor | None = None) -> dict[str, float]:
@@ -111,7 +162,8 @@ def evaluate_videos(video: torch.Tensor, batch: dict, clf: VideoClassifier, reg:
     uv, z = uv.view(B, T, NUM_JOINTS, 2), z.view(B, T, NUM_JOINTS)
     world = unproject(uv, z, batch["K"], batch["extrinsics"])
     bones = torch.as_tensor(BONE_LENGTHS, dtype=world.dtype)
-    out = {"fd": frechet_distance(feats, real_features),
+    out = {"fd": frechet_distance(feats, real_features), "kid": kid(feats, real_features),
+           "jerk_px": float(joint_jerk(uv)), "flicker": float(flicker(video)),
            "text_acc": float((clf.head(torch.as_tensor(feats)).argmax(-1) == batch["action"]).float().mean()),
            "bone_err_cm": float((bone_lengths(world) - bones).abs().mean() * 100),
            "penetration_cm": float(foot_penetration(world)), "skating_cm": float(foot_skating(world))}

@@ -18,11 +18,16 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
+from lit_iclr.core.summary import CardValue, Headline
 
 from .maps import NUM_LIMB_GROUPS, control_maps, project
-from .metrics import foot_penetration, foot_skating
+from .metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, kid, load_or_fit_evaluators
 from .model import StructureTransformer, VideoDiT
 from .objectives import bone_loss, contact_loss, euler_sample, interpolate, tracking_loss, x0_from_velocity, x0_velocity
+
+
+# KID of the benchmark's 3-seed table (seeds/mosa.md, "Default task"): 256 prompts per seed, separately trained stages
+CARD_KID: dict[str, CardValue] = {}
 
 
 class MoSA(BaseModule):
@@ -47,6 +52,8 @@ class MoSA(BaseModule):
         video_steps: int = 10,
         structure_steps: int = 10,
         log_videos: int = 4,
+        eval_videos: int = 64,
+        evaluator_epochs: int = 15,
         video_stage: bool = True,
         optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=1e-3),
     ):
@@ -71,6 +78,12 @@ class MoSA(BaseModule):
             video_steps: Euler steps when sampling videos.
             structure_steps: Euler steps when sampling structures.
             log_videos: Validation prompts sampled and logged (figure + mp4) each validation (0: none).
+            eval_videos: Evaluation clips sampled each validation / test for the video metrics (KID of the action
+                classifier's features, joint jerk, warp error, text agreement), beside the real clips' own values and
+                the same video network rendering the clips' true structure (0: none). Prompts and real references are
+                two disjoint halves of these clips, so the real-vs-real KID is the floor.
+            evaluator_epochs: Epochs of the evaluators (action classifier, pose regressor) fit once on the real
+                training clips and stored next to the data (`<data_dir>/<data folder>-evaluators-e<epochs>.pt`).
             video_stage: Build and train the video DiT (linked from the data: false for motion without videos, where
                 only the 3-D structure stage trains).
             optimizer: Optimizer factory.
@@ -202,6 +215,76 @@ class MoSA(BaseModule):
                 self.log("val/plan_penetration_cm", foot_penetration(out["plan"]), batch_size=k)
                 self.log("val/plan_skating_cm", foot_skating(out["plan"]), batch_size=k)
             self.log_samples(out["video"], small["video"])
+        if not self.trainer.sanity_checking:
+            self.collect_eval_videos(batch, batch_idx)
+
+    # ----- video metrics: samples of the evaluation clips' prompts against the real clips (and the real floor)
+    def evaluators(self):
+        """The action classifier and pose regressor, fit once on the real training clips and stored beside the data
+        (held outside the module's state: they are part of the measurement, not of the model)."""
+        if "_evaluators" not in self.__dict__:
+            dm = self.trainer.datamodule
+            if "train" not in dm.splits:
+                dm.splits["train"] = dm.read_split("train")
+            ds = dm.splits["train"]
+            path = Path(dm.data_dir) / f"{dm.path.name}-evaluators-e{self.hparams.evaluator_epochs}.pt"
+            # fit outside validation's inference mode; the training stream's random state is left as it was
+            with torch.inference_mode(False), torch.enable_grad(), torch.random.fork_rng(devices=[]):
+                items = [ds[i] for i in range(min(len(ds), 2000))]
+                train = {k: torch.stack([it[k] for it in items]) for k in ("video", "action", "keypoints2d", "depth")}
+                self.__dict__["_evaluators"] = load_or_fit_evaluators(train, path, self.hparams.evaluator_epochs)
+        return self.__dict__["_evaluators"]
+
+    def collect_eval_videos(self, batch: dict, batch_idx: int) -> None:
+        """Sample this batch's prompts (up to `eval_videos` clips an epoch) with fixed noise, and the same video network
+        on the clips' true structure maps; keep what the epoch-end metrics need."""
+        buf = self.__dict__.setdefault("_eval_buf", [])
+        room = self.hparams.eval_videos - sum(len(b["real"]) for b in buf)
+        if room <= 0 or self.video_net is None or self.trainer.datamodule is None:
+            return
+        part = {k: v[:room] for k, v in batch.items()}
+        g = torch.Generator(device=part["video"].device).manual_seed(3000 + batch_idx)
+        ids, mask = part["text_ids"], part["text_mask"]
+        rec = {"real": part["video"].cpu(), "gen": self.generate(part, g)["video"].cpu(),
+               "batch": {k: part[k].cpu() for k in ("K", "extrinsics", "action", "keypoints2d")}}
+        if self.structure != "none":
+            maps = part["maps"][:, :, : self.channels]
+            g = torch.Generator(device=part["video"].device).manual_seed(3000 + batch_idx)
+            rec["true_structure"] = euler_sample(lambda x, t: self.video_net(x, t, ids, mask, maps),
+                                                 tuple(part["video"].shape), self.hparams.video_steps, g,
+                                                 ids.device).clamp(-1, 1).cpu()
+        buf.append(rec)
+
+    def log_eval_videos(self, stage: str) -> None:
+        """KID (and the other video metrics) of the samples of half A's prompts against the real clips of half B, the
+        real-vs-real floor (half A's real clips against half B's), and the same for the true-structure renders."""
+        buf = self.__dict__.pop("_eval_buf", [])
+        if not buf:
+            return
+        real = torch.cat([b["real"] for b in buf])
+        batch = {k: torch.cat([b["batch"][k] for b in buf]) for k in buf[0]["batch"]}
+        if len(real) < 4:
+            return  # too few clips for two halves of two
+        clf, reg = self.evaluators()
+        a, b = torch.arange(0, len(real), 2), torch.arange(1, len(real), 2)
+        with torch.no_grad():
+            ref = clf.features(real[b]).numpy()
+        sets = {"": torch.cat([r["gen"] for r in buf]), "_real": real}
+        if "true_structure" in buf[0]:
+            sets["_true_structure"] = torch.cat([r["true_structure"] for r in buf])
+        n = len(a)
+        for tag, video in sets.items():
+            res = evaluate_videos(video[a], {k: v[a] for k, v in batch.items()}, clf, reg, ref)
+            for key in ("kid", "jerk_px", "warp_err", "flicker", "text_acc"):
+                self.log(f"{stage}/{key}{tag}", res[key], batch_size=n)
+        self.log(f"{stage}/jerk_px_true_motion", joint_jerk(batch["keypoints2d"][a]), batch_size=n)
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.log_eval_videos("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_eval_videos("test")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.evaluate(batch, batch_idx, "val")
@@ -218,7 +301,26 @@ class MoSA(BaseModule):
             write_video_grid(Path(log_dir) / "videos" / f"val_step{self.global_step}.mp4", video)
 
     def summary_metrics(self):
-        return ("{stage}/loss", "{stage}/fm", "{stage}/track", "{stage}/struct_mse", "{stage}/plan_*")
+        return ("{stage}/loss", "{stage}/fm", "{stage}/track", "{stage}/struct_mse", "{stage}/plan_*", "{stage}/kid*",
+                "{stage}/jerk_px*", "{stage}/warp_err*")
+
+    def headline(self) -> Headline:
+        if self.video_net is None:  # HumanML3D alone: the structure stage's foot skating against the data's own
+            return Headline(metric="{stage}/plan_skating_cm", higher_is_better=False,
+                            baselines={"motion data": "{stage}/data_skating_cm"}, method="MoSA 3-D structure",
+                            claim="the contact constraint keeps sampled feet from sliding",
+                            extra=("{stage}/plan_penetration_cm", "{stage}/struct_mse"))
+        names = {"3d": "MoSA", "2d": "2-D skeleton first", "none": "direct text-to-video"}
+        method = names[self.structure] + (" (concat)" if self.structure != "none" and self.hparams.control == "concat"
+                                          else "") + (" w/o tracking loss" if self.hparams.lambda_track == 0 else "")
+        baselines = {"real clips (floor)": "{stage}/kid_real"}
+        if self.structure != "none":
+            baselines["same video net on true structure"] = "{stage}/kid_true_structure"
+        return Headline(
+            metric="{stage}/kid", higher_is_better=False, baselines=baselines, card=CARD_KID, method=method,
+            claim="structure-first generation is closer to real videos than direct text-to-video",
+            extra=("{stage}/jerk_px", "{stage}/jerk_px_real", "{stage}/warp_err", "{stage}/warp_err_real",
+                   "{stage}/text_acc", "{stage}/text_acc_real"))
 
     def configure_optimizers(self):
         return self.optimizer(self.parameters())
