@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = {
     "SOOPER": [],
-    "SOOPER, max cost update": ["--model.init_args.cost_update", "max"],
+    "SOOPER with max cost update": ["--model.init_args.cost_update", "max"],
     "prior": ["--model.init_args.learn", "false"],
     "MB-SAC (unshielded)": ["--model.init_args.filter", "none"],
     "SAC-Lagrangian": ["--model.init_args.filter", "none", "--model.init_args.lagrangian", "true"],
@@ -292,8 +292,8 @@ def report(results: list[dict], total: float, args) -> None:
             last5 = np.array([np.nanmean(r["intervention_rate"][-5:]) for r in by[m]])
             print(f"- {m}, intervention rate last 5 - first 5 episodes: {ci(last5, first5)} "
                   f"(per seed {', '.join(f'{a:.2f}->{b:.2f}' for a, b in zip(first5, last5, strict=True))})")
-    if "SOOPER, max cost update" in by:
-        mx = "SOOPER, max cost update"
+    if "SOOPER with max cost update" in by:
+        mx = "SOOPER with max cost update"
         print(f"- SOOPER - SOOPER with the max update, final return: {ci(final['SOOPER'], final[mx])}; over-budget "
               f"episodes while learning: {ci(viol['SOOPER'], viol[mx])}")
     print(f"- prior - SOOPER, over-budget episodes while learning: {ci(viol['prior'], viol['SOOPER'])}")
