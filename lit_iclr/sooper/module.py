@@ -76,7 +76,7 @@ class SOOPER(BaseModule):
                  offline_in_model: bool = True, model_pretrain_steps: int = 1000,
                  warm_start: bool = True, init_alpha: float = 0.02, lagrange_lr: float = 0.05, tau: float = 0.005,
                  lr_actor: float = 3e-4, lr_critic: float = 3e-4, lr_model: float = 1e-3, lr_prior: float = 1e-3,
-                 eval_episodes: int = 5, seed: int = 0):
+                 eval_episodes: int = 5, seed: int = 0, num_threads: int | None = 1):
         """
         Args:
             obs_dim: Observation size (linked from the data).
@@ -132,6 +132,10 @@ class SOOPER(BaseModule):
             eval_episodes: Episodes of the validation (deterministic pi through the same filter, and the prior alone on
                 the same reset seeds).
             seed: Seed of action sampling, imagined rollouts and minibatches.
+            num_threads: torch intra-op threads of the run (`torch.set_num_threads`): the networks are 16-128 units wide
+                and each update is tiny, so one thread is fastest, and extra threads only spin on a shared CPU
+                (the default run used 25x more CPU time with torch's default threads at load ~20 on 2 cores).
+                null: leave torch's setting.
         """
         super().__init__()
         if filter not in FILTERS:
@@ -198,6 +202,8 @@ class SOOPER(BaseModule):
 
     # ----------------------------------------------------------------------------------------------- the prior
     def on_fit_start(self) -> None:
+        if self.hparams.num_threads:
+            torch.set_num_threads(self.hparams.num_threads)
         dm = self.trainer.datamodule
         self.env = dm.make_env()
         self.batch_size = dm.batch_size
