@@ -13,6 +13,7 @@ import torch
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.figures import log_figure, plt
+from lit_iclr.core.summary import Headline
 
 from .algorithms import METHODS, SolverConfig, estimate, iterate, make_factorization, make_optimizer, spectral_scale
 from .manifold import RETRACTIONS
@@ -25,7 +26,7 @@ class MatrixSensing(BaseModule):
 
     def __init__(self, dim: int, true_rank: int | None = None, method: str = "wn_rgd", rank: int = 6, lr: float = 1.0,
                  lr_theta: float = 1.0, retraction: str = "qr", init_scale: float = 1e-3, damping: float | None = None,
-                 seed: int = 0):
+                 seed: int = 0, baselines: tuple[str, ...] = ("gd",), baseline_lr: float = 0.5):
         """
         Args:
             dim: m, side of the target (linked from the data).
@@ -39,6 +40,10 @@ class MatrixSensing(BaseModule):
             init_scale: Theta_0 = init_scale I (wn_rgd) or Y_0 = init_scale G / sqrt(m) (the others).
             damping: lambda / ||A||_2 of scaled_gd (default 1e-3) or the sqrt(f) factor of prec_gd (default 1).
             seed: Seed of the initialisation.
+            baselines: Solvers run beside `method` in the same fit, one iteration each per training step, on the same
+                problem, rank, initialisation scale and seed, so every validation compares them at equal iterations
+                (`val/log10_rel_error_<name>`). Empty: none.
+            baseline_lr: Their step (the card's tuned GD step, 0.5 / ||A||_2).
         """
         super().__init__()
         if method not in METHODS:
@@ -53,6 +58,14 @@ class MatrixSensing(BaseModule):
         self.cfg = SolverConfig(method=method, rank=rank, lr=lr, lr_theta=lr_theta, retraction=retraction,
                                 init_scale=init_scale, damping=damping, seed=seed)
         self.factor = make_factorization(self.cfg, dim)
+        unknown = [b for b in baselines if b not in METHODS]
+        if unknown:
+            raise ConfigError(f"model.init_args.baselines: unknown solvers {unknown}; choose from {METHODS}")
+        self.baseline_cfgs = {b: SolverConfig(method=b, rank=rank, lr=baseline_lr, init_scale=init_scale, seed=seed)
+                              for b in baselines if b != method}
+        # an nn.ModuleDict, so the baselines' factors are in the state dict (an exact resume continues them too)
+        self.baseline_factors = torch.nn.ModuleDict({b: make_factorization(c, dim) for b, c in self.baseline_cfgs.items()})
+        self._baseline_opts: dict[str, torch.optim.Optimizer] = {}
         self.problem: Problem | None = None
         self.register_buffer("a_norm", torch.ones((), dtype=torch.float64))
 
@@ -72,14 +85,48 @@ class MatrixSensing(BaseModule):
     def configure_optimizers(self):
         return make_optimizer(self.cfg, self.factor, float(self.a_norm))
 
+    def baseline_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The baselines' own optimizers (stepped here, not by Lightning: they are the comparison, not the model)."""
+        if not self._baseline_opts and self.baseline_cfgs:
+            self._baseline_opts = {b: make_optimizer(c, self.baseline_factors[b], float(self.a_norm))
+                                   for b, c in self.baseline_cfgs.items()}
+            for b, state in getattr(self, "_pending_baseline_states", {}).items():
+                self._baseline_opts[b].load_state_dict(state)
+        return self._baseline_opts
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["wn_sensing_baseline_optimizers"] = {b: o.state_dict() for b, o in self._baseline_opts.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._pending_baseline_states = checkpoint.get("wn_sensing_baseline_optimizers", {})
+        self._baseline_opts = {}
+
+    def headline(self) -> Headline:
+        known = self.problem is None or self.problem.target is not None
+        key = "{stage}/log10_rel_error" if known else "{stage}/loss"
+        return Headline(metric=key, higher_is_better=False, method=f"{self.cfg.method} (r={self.cfg.rank})",
+                        baselines={f"{b} (r={self.cfg.rank}, same iterations)": f"{key}_{b}" for b in self.baseline_cfgs},
+                        claim="weight normalisation converges linearly where overparameterised GD is sublinear "
+                              "(log10 of the relative error after the same number of iterations)",
+                        extra=("{stage}/significant_rank",))
+
     def _errors(self) -> dict[str, torch.Tensor]:
-        out = {"loss": loss(self.problem.op, self.problem.y, *self.factor()).detach()}
-        if self.problem.target is not None:
-            out["rel_error"] = relative_error(estimate(self.factor), self.problem.target)
+        out = {}
+        for name, factor in (("", self.factor), *((f"_{b}", f) for b, f in self.baseline_factors.items())):
+            out[f"loss{name}"] = loss(self.problem.op, self.problem.y, *factor()).detach()
+            if self.problem.target is not None:
+                err = relative_error(estimate(factor), self.problem.target)
+                if not name:
+                    out["rel_error"] = err
+                out[f"log10_rel_error{name}"] = err.clamp_min(1e-300).log10()
         return out
 
     def training_step(self, batch, batch_idx: int) -> None:
         f = iterate(self.factor, self.optimizers(), self.problem.op, self.problem.y)
+        for b, opt in self.baseline_optimizers().items():
+            iterate(self.baseline_factors[b], opt, self.problem.op, self.problem.y)
         metrics = {"train/loss": f}
         if self.problem.target is not None:
             metrics["train/rel_error"] = relative_error(estimate(self.factor), self.problem.target)
