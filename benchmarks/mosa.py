@@ -41,7 +41,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from lit_iclr.core.stats import mean_std, paired_ci
-from lit_iclr.mosa.data import HumanMotionVideo, MotionVideoDataset, add_structure_maps
+from lit_iclr.mosa.data import HumanMotionVideo, MotionVideoDataset
 from lit_iclr.mosa.maps import project
 from lit_iclr.mosa.metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, load_or_fit_evaluators
 from lit_iclr.mosa.module import MoSA
@@ -134,8 +134,11 @@ def generate(model: MoSA, ev: dict, g: torch.Generator, maps=None, chunk: int = 
             outs.append(model.generate(part, g))
         else:
             m = maps[i:i + chunk]
-            outs.append({"video": euler_sample(lambda x, t: model.video_net(x, t, part["text_ids"], part["text_mask"], m),
-                                               tuple(part["video"].shape), model.hparams.video_steps, g).clamp(-1, 1)})
+            def field(x, t, part=part, m=m):
+                return model.video_net(x, t, part["text_ids"], part["text_mask"], m)
+
+            outs.append({"video": euler_sample(field, tuple(part["video"].shape), model.hparams.video_steps,
+                                               g).clamp(-1, 1)})
     return {k: torch.cat([o[k] for o in outs]) for k in outs[0]}
 
 

@@ -21,10 +21,9 @@ from lit_iclr.core.figures import log_figure
 from lit_iclr.core.summary import CardValue, Headline
 
 from .maps import NUM_LIMB_GROUPS, control_maps, project
-from .metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, kid, load_or_fit_evaluators
+from .metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, load_or_fit_evaluators
 from .model import StructureTransformer, VideoDiT
 from .objectives import bone_loss, contact_loss, euler_sample, interpolate, tracking_loss, x0_from_velocity, x0_velocity
-
 
 # KID of the benchmark's 3-seed table (seeds/mosa.md, "Default task"): 256 prompts per seed, separately trained stages
 # (raw KID; the card prints it x 1e3). The CLI trains both stages jointly on fewer evaluation clips: a rough reference.

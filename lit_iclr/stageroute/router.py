@@ -9,7 +9,8 @@ by more than `cache_tol` since the last solve (`cache_tol=0` solves every query)
 Budget: b per query on average, B = b T in total (bandits with knapsacks): once a query's cost would overrun what is
 left of B, no further query is served. With `pacing` (our choice; the paper's exact budget handling is not known) the LPs
 use the remaining budget per remaining query, (B - spent) / (T - t), instead of b, so early optimistic overspending is
-paid back instead of exhausting B before T; the oracle (true means) is paced the same way. Regret is the pseudo-regret against the oracle that knows (mu, c) and solves the
+paid back instead of exhausting B before T; the oracle (true means) is paced the same way. Regret is the pseudo-regret
+against the oracle that knows (mu, c) and solves the
 same deployment problem at every stage boundary: sum_t V*_{k(t)} - mu_{m_t} 1[t served] (`state.regret`); a paced policy can
 beat that oracle, so benchmarks measure regret against `Router.horizon_value()`, the bandits-with-knapsacks benchmark that
 may move the total budget between stages (V_B - state.reward).
@@ -176,8 +177,6 @@ class Router:
     def horizon_value(self) -> float:
         """V_B: the bandits-with-knapsacks benchmark over the whole horizon (arrivals seen at once, total budget B = b T,
         budget movable between stages); `horizon_value() - state.reward` is the regret against it."""
-        t = np.arange(self.cfg.horizon)[:, None] / self.cfg.horizon
-        avail = (self.w.release[None] <= t) & (t < self.w.retire[None])
         return float(self.horizon_rates().sum())
 
     def horizon_rates(self) -> np.ndarray:
