@@ -7,6 +7,7 @@ runs the annealed sampler across the checkpoints (or a final-model baseline with
 """
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -17,8 +18,10 @@ import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule
+from lit_iclr.core.summary import Headline
 
-from .annealing import Kernel, sample
+from .annealing import SAMPLERS, Kernel, sample
+from .headline import METRICS, compare_samplers
 from .model import LandscapeMLP, SmallCNN
 from .trajectory import as_score, load_trajectory
 
@@ -31,7 +34,10 @@ class LandscapePredictor(BaseModule):
     """Regressor f_theta(x) of a landscape's scores (MSE), trained on (x, y) tables; its checkpoints are the ladder."""
 
     def __init__(self, input_dim: int, hidden: int = 128, depth: int = 2, activation: str = "relu",
-                 optimizer: OptimizerCallable = _adam):
+                 optimizer: OptimizerCallable = _adam, domain: str = "binary", compare_samplers: bool = True,
+                 sampler_checkpoints: int = 20, sampler_steps: int = 15, sampler_chains: int = 128,
+                 sampler_beta: float = 1.0, sampler_beta_min: float = 0.1, sampler_step_size: float = 0.1,
+                 sampler_seed: int = 0):
         """
         Args:
             input_dim: Flattened input size (bits, sequence length x 4, or point dimension); linked from the data.
@@ -39,11 +45,23 @@ class LandscapePredictor(BaseModule):
             depth: Number of hidden layers.
             activation: relu | silu | tanh | gelu.
             optimizer: Optimizer (a callable of the parameters).
+            domain: binary | categorical | continuous (what the sampler moves on); linked from the data.
+            compare_samplers: After training, sample with the trajectory ladder and the final-model baselines
+                (final, temperature annealing, parallel tempering; same budget) and log their scores (the headline).
+            sampler_checkpoints: K, training steps (evenly spaced) whose weights form that ladder.
+            sampler_steps: m, MCMC steps per ladder stage; every sampler runs K * m steps per chain.
+            sampler_chains: Chains per sampler.
+            sampler_beta: Inverse temperature beta of the target exp(beta f_final).
+            sampler_beta_min: Lowest beta of the temperature-annealing and tempering ladders.
+            sampler_step_size: MALA step size (continuous inputs).
+            sampler_seed: Seed of the chains' starts and moves.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
         self.net = LandscapeMLP(input_dim, hidden, depth, activation)
+        self._ladder: list[tuple[int, dict[str, torch.Tensor]]] = []
+        self._every = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -61,6 +79,63 @@ class LandscapePredictor(BaseModule):
 
     def configure_optimizers(self):
         return self.optimizer(self.parameters())
+
+    # ---------------------------------------------------------------- the fit's own sampler comparison (headline)
+    def _snapshot(self) -> None:
+        state = {k: v.detach().cpu().clone() for k, v in self.net.state_dict().items()}
+        self._ladder.append((int(self.global_step), state))
+
+    def on_train_start(self) -> None:
+        total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else None
+        total = min(total, int(self.trainer.estimated_stepping_batches)) if total else int(
+            self.trainer.estimated_stepping_batches)
+        self._every = max(1, -(-total // max(1, self.hparams.sampler_checkpoints)))  # ceil: K stages span the run
+        self._ladder = []
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if self.hparams.compare_samplers and self.global_step % self._every == 0 \
+                and len(self._ladder) < self.hparams.sampler_checkpoints:
+            self._snapshot()
+
+    def on_train_end(self) -> None:
+        hp = self.hparams
+        dm = getattr(self.trainer, "datamodule", None)
+        if not hp.compare_samplers or dm is None or not hasattr(dm, "chain_starts"):
+            return
+        if not self._ladder or self._ladder[-1][0] != self.global_step:
+            self._snapshot()  # the ladder ends at the final model
+        models = []
+        for _, state in self._ladder:
+            net = copy.deepcopy(self.net).cpu()
+            net.load_state_dict(state)
+            models.append(net.requires_grad_(False))
+        t0 = time.perf_counter()
+        results = compare_samplers(models, dm, hp.sampler_chains, hp.sampler_steps, hp.sampler_beta,
+                                   hp.sampler_beta_min, hp.sampler_step_size, hp.sampler_seed)
+        results["checkpoints"] = float(len(models))
+        results["seconds"] = time.perf_counter() - t0
+        metrics = {f"val/sampler_{k}": float(v) for k, v in results.items()}
+        for logger in self.loggers:  # after the last training step: straight to the loggers, and to the summary
+            logger.log_metrics(metrics, step=int(self.global_step))
+            logger.save()
+        for k, v in metrics.items():
+            self.trainer.callback_metrics[k] = torch.tensor(v)
+
+    def headline(self) -> Headline:
+        domain = self.hparams.get("domain", "binary")
+        name, higher = METRICS.get(domain, METRICS["binary"])
+        label = {"tv": "TV to exp(beta f_final)", "score": "mean true score of the samples",
+                 "mode_tv": "mode-histogram TV"}[name]
+        extra = [f"{{stage}}/sampler_{name}_start"] + ([f"{{stage}}/sampler_{name}_floor"] if name == "tv" else [])
+        extra += [f"{{stage}}/sampler_needle_rate_{m}" for m in SAMPLERS] if domain == "binary" else []
+        extra += ["{stage}/sampler_checkpoints", "{stage}/sampler_evaluations_per_chain", "{stage}/sampler_seconds"]
+        return Headline(
+            metric=f"{{stage}}/sampler_{name}_trajectory", higher_is_better=higher,
+            baselines={m if m != "final" else "final-model MCMC": f"{{stage}}/sampler_{name}_{m}"
+                       for m in SAMPLERS if m != "trajectory"},
+            method="trajectory annealing",
+            claim=f"annealing across the training checkpoints beats single-model samplers at the same budget ({label})",
+            extra=tuple(extra))
 
 
 class ImageClassifier(BaseModule):
