@@ -13,6 +13,7 @@ import torch
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.figures import log_figure, plt
+from lit_iclr.core.summary import Headline
 
 from .calibrate import SIGNALS, calibrated_probs, expected_calibration_error, fit_temperatures, signal
 from .curves import mean_accuracy, upper_hull
@@ -29,7 +30,8 @@ class ExitPolicies(BaseModule):
                              "Markov counts), with no gradient to average")
 
     def __init__(self, stages: int, bins: int = 15, signal_kind: str = "confidence", value: str = "calibrated",
-                 smoothing: float = 1.0, prior_weight: float = 5.0, lambdas: list[float] | None = None,
+                 smoothing: float | None = None, smoothing_grid: list[float] | None = None,
+                 select_fraction: float = 0.3, prior_weight: float = 5.0, lambdas: list[float] | None = None,
                  thresholds: list[float] | None = None):
         """
         Args:
@@ -38,7 +40,10 @@ class ExitPolicies(BaseModule):
             signal_kind: What a policy observes after a stage: `confidence`, `margin` or `entropy` (of calibrated probs).
             value: Value of an answer: `calibrated` (temperature-scaled confidence, mean per bin) or `empirical`
                 (the bin's accuracy on the calibration split).
-            smoothing: Laplace count added to every transition cell and first-stage bin.
+            smoothing: Laplace count added to every transition cell and first-stage bin; null: chosen from
+                `smoothing_grid` on the calibration split alone (policies fitted on part of it, scored on the rest).
+            smoothing_grid: Candidate Laplace counts for `smoothing: null`; null: [0.01, 0.1, 1.0].
+            select_fraction: Share of the calibration queries held out to choose the smoothing (never the test table).
             prior_weight: Pseudo-queries shrinking each recall stop value (calibration accuracy of the best-so-far
                 answer in a state) toward its model value; 0 uses the raw accuracies.
             lambdas: Latency weights swept to draw the DP/Pandora/oracle curves (cost in units of stage 1's cost);
@@ -52,6 +57,8 @@ class ExitPolicies(BaseModule):
             raise ConfigError(f"model.init_args.value must be 'calibrated' or 'empirical', got {value!r}")
         if stages < 2:
             raise ConfigError(f"exit policies need at least 2 stages, the data has {stages}")
+        if not 0 < select_fraction < 1:
+            raise ConfigError(f"model.init_args.select_fraction must be in (0, 1), got {select_fraction}")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.lambdas = list(lambdas) if lambdas is not None else np.logspace(-4, 1, 100).tolist()
@@ -66,6 +73,7 @@ class ExitPolicies(BaseModule):
         self.register_buffer("stop_value", torch.zeros(stages, bins, levels, dtype=torch.float64))
         self.register_buffer("answer_current", torch.zeros(stages, bins, levels, dtype=torch.bool))
         self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+        self.register_buffer("smoothing_used", torch.full((), float("nan"), dtype=torch.float64))
 
     def configure_optimizers(self):
         return None
@@ -78,15 +86,21 @@ class ExitPolicies(BaseModule):
         return MarkovModel(self.q, self.p0, self.trans, self.cost, self.stop_value, self.answer_current)
 
     def fit_policies(self, logits: torch.Tensor, labels: torch.Tensor, cost: torch.Tensor) -> None:
-        """Temperatures, bins and the Markov model from the calibration table."""
+        """Temperatures, bins and the Markov model from the calibration table (smoothing chosen on it when null)."""
         if logits.shape[1] != self.hparams.stages:
             raise ConfigError(f"the exit table has {logits.shape[1]} stages, the model was built for {self.hparams.stages}")
+        smoothing = self.hparams.smoothing
+        if smoothing is None:
+            smoothing = self.select_smoothing(logits, labels, cost)
+        self._fit(logits, labels, cost, float(smoothing))
+
+    def _fit(self, logits: torch.Tensor, labels: torch.Tensor, cost: torch.Tensor, smoothing: float) -> None:
         self.temperatures.copy_(fit_temperatures(logits, labels))
         probs = calibrated_probs(logits, self.temperatures)
         bins = self._bins(probs)
         correct = (probs.argmax(-1) == labels[:, None]).double()
         values = probs.max(-1).values.double() if self.hparams.value == "calibrated" else correct
-        model = MarkovModel.estimate(bins, values, cost, self.hparams.bins, self.hparams.smoothing,
+        model = MarkovModel.estimate(bins, values, cost, self.hparams.bins, smoothing,
                                      correct=correct.bool(), prior_weight=self.hparams.prior_weight)
         self.q.copy_(model.q)
         self.p0.copy_(model.p0)
@@ -96,7 +110,33 @@ class ExitPolicies(BaseModule):
         self.answer_current.copy_(model.answer_current)
         hist = torch.stack([torch.bincount(bins[:, k], minlength=self.hparams.bins) for k in range(bins.shape[1])])
         self.marginal.copy_(hist.double() / hist.sum(1, keepdim=True))
+        self.smoothing_used.fill_(smoothing)
         self.fitted.fill_(True)
+
+    def select_smoothing(self, logits: torch.Tensor, labels: torch.Tensor, cost: torch.Tensor) -> float:
+        """The Laplace count of `smoothing_grid` whose DP policies (no recall and recall, mean of their areas under the
+        accuracy-cost curve) score best on a held-out share of the calibration queries, fitted on the rest."""
+        grid = list(self.hparams.smoothing_grid or [0.01, 0.1, 1.0])
+        perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+        n_sel = max(1, int(round(self.hparams.select_fraction * len(labels))))
+        sel, rest = perm[:n_sel], perm[n_sel:]
+        scores = []
+        for smoothing in grid:
+            self._fit(logits[rest], labels[rest], cost, float(smoothing))
+            curves = self.dp_curves(logits[sel], labels[sel])
+            lo, hi = float(self.cost[0]), float(self.cost.sum())
+            scores.append(sum(mean_accuracy(v, lo, hi) for v in curves.values()) / len(curves))
+        self.selection_scores = dict(zip(grid, scores, strict=True))
+        return float(grid[int(np.argmax(scores))])
+
+    def dp_curves(self, logits: torch.Tensor, labels: torch.Tensor) -> dict[str, list[tuple[float, float]]]:
+        """[(mean cost, accuracy)] of the no-recall and recall DP policies over the lambda sweep."""
+        probs = calibrated_probs(logits, self.temperatures)
+        bins = self._bins(probs)
+        correct = probs.argmax(-1) == labels[:, None]
+        model = self.markov()
+        return {name: [tuple(reversed(dp_policy(model, bins, lam, recall).summary(correct))) for lam in self.lambdas]
+                for name, recall in (("no_recall", False), ("recall", True))}
 
     def training_step(self, batch, batch_idx: int) -> None:
         self.fit_policies(batch["logits"], batch["labels"], batch["cost"])
@@ -142,8 +182,17 @@ class ExitPolicies(BaseModule):
         metrics[f"{prefix}/acc_any_stage"] = float(correct.any(1).float().mean())
         ece = expected_calibration_error(calibrated_probs(logits, self.temperatures), labels)
         metrics[f"{prefix}/ece_calibrated"] = float(ece.mean())
+        metrics[f"{prefix}/smoothing"] = float(self.smoothing_used)
         self.log_dict(metrics, batch_size=1)
         self._figure(curves, prefix)
+
+    def headline(self) -> Headline:
+        return Headline(
+            metric="{stage}/auc_recall", higher_is_better=True,
+            baselines={"threshold heuristic": "{stage}/auc_threshold", "DP no recall": "{stage}/auc_no_recall"},
+            method="T-Tamer recall DP",
+            claim="with recall the optimal exit policy beats no-recall stopping (mean accuracy over the cost range)",
+            extra=("{stage}/auc_pandora", "{stage}/auc_oracle", "{stage}/acc_last_stage", "{stage}/smoothing"))
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._evaluate(batch, "val")
