@@ -93,7 +93,10 @@ class CheckpointOnSignal(Checkpoint):
                 return
             self._stopped_at = trainer.global_step
             self._report(trainer, received, self.save_last(trainer))
-        elif trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps and not epoch_ends:
+        elif (trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps and not epoch_ends
+              and any(isinstance(c, ModelCheckpoint) for c in trainer.checkpoint_callbacks)):
+            # a planned end of the run: saved only where checkpointing is on (`enable_checkpointing=False` writes no
+            # file; before, it wrote <default_root_dir>/checkpoints/last.ckpt, the working directory by default)
             self._stopped_at = trainer.global_step
             self.save_last(trainer)
 

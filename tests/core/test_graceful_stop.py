@@ -174,3 +174,20 @@ def test_a_sigkill_during_the_save_leaves_the_old_checkpoint(tmp_path):
 def test_the_trainer_writes_checkpoints_atomically(tmp_path):
     cli = fit(tmp_path / "r", tmp_path / "d", "--trainer.max_steps", "2", *NO_VAL)
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_a_max_steps_stop_without_checkpointing_writes_no_file(tmp_path, monkeypatch):
+    """`Trainer(enable_checkpointing=False, max_steps=3)` on epochs of 4 batches: the max_steps stop saved
+    `<default_root_dir>/checkpoints/last.ckpt` anyway, the working directory when no root is given (a default test
+    left `checkpoints/last.ckpt` in the repository)."""
+    from torch.utils.data import DataLoader
+
+    from lit_iclr.core.trainer import Trainer
+
+    monkeypatch.chdir(tmp_path)
+    trainer = Trainer(max_steps=3, accelerator="cpu", logger=False, enable_progress_bar=False,
+                      enable_checkpointing=False, enable_model_summary=False)
+    data = [{"x": torch.randn(3), "y": torch.randn(())} for _ in range(16)]
+    trainer.fit(toy.ToyRegression(num_features=3), DataLoader(data, batch_size=4))
+    assert trainer.global_step == 3
+    assert list(tmp_path.rglob("*.ckpt")) == []
