@@ -23,6 +23,7 @@ from torchmetrics.aggregation import SumMetric
 from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.module import BaseModule
 from lit_iclr.core.moe import check_moe, save_compact, save_hf, unfuse_experts
+from lit_iclr.core.summary import Headline
 
 from .calibrate import lm_loss_sum
 from .evaluate import perplexity, topic_accuracy
@@ -182,8 +183,9 @@ class HEAPrLM(BaseModule):
 
     def configure_optimizers(self):
         opt = self.optimizer(self.model.parameters())
-        total = max(int(self.trainer.max_steps if self.trainer.max_steps > 0 else
-                        self.trainer.estimated_stepping_batches), 1)
+        # the schedule's length: `max_steps` where the run is sized by it (Lightning's estimate is min(max_steps,
+        # epochs x batches)); read through the estimate, so a run stopped early can be given the full length
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
         warm = max(self.hparams.warmup_steps, 1)
 
         def lr(step: int) -> float:
@@ -259,6 +261,22 @@ class HEAPrLM(BaseModule):
             logger.log_metrics(metrics, step=trainer.global_step)
             logger.save()
         rank_zero_info("HEAPr results: " + json.dumps({k: self.results[k] for k in ("dense", "pruned")}))
+
+    def headline(self) -> Headline:
+        """After a fit that pruned (`prune_at_fit_end`): test perplexity of the model pruned at `prune_ratio` against
+        the same model before pruning, both evaluated in `on_fit_end` on the same test split. After `test` (or a fit
+        that did not prune): the stage's perplexity, topic accuracy and achieved ratio; the other pruning methods at the
+        same ratio are the benchmark's (`seeds/heapr.md`, measured on another model, so not shown as a difference)."""
+        if "pruned" in self.results:
+            return Headline(
+                metric="pruned/test_ppl", higher_is_better=False,
+                baselines={"dense (the same model before pruning)": "dense/test_ppl"}, method="HEAPr",
+                claim=f"pruning {self.hparams.prune_ratio:.0%} of the expert atoms by their output-space Hessian score "
+                      "costs little perplexity",
+                extra=("pruned/topic_acc", "dense/topic_acc", "pruned/achieved_ratio"))
+        return Headline(metric="{stage}/ppl", higher_is_better=False, method="HEAPr",
+                        claim="the pruned model keeps the dense model's perplexity (seeds/heapr.md)",
+                        extra=("{stage}/topic_acc", "{stage}/achieved_ratio"))
 
     def export(self, out: Path, tokenizer=None) -> None:
         """pruned_compact/ (own widths) and pruned_hf/ (transformers-loadable, zero-padded) next to the run."""

@@ -27,6 +27,7 @@ from lit_iclr.core.figures import log_figure, plt
 from lit_iclr.core.functional_adam import adam_groups, adam_step
 from lit_iclr.core.grad_sync import backward_and_average
 from lit_iclr.core.onednn_linear import check_backend
+from lit_iclr.core.summary import Headline
 
 from .envs import Rollouts, evaluate
 from .model import ActionGradient, Critic, FlowPolicy
@@ -218,6 +219,24 @@ class OfflineRLModule(BaseModule):
         fig.tight_layout()
         log_figure(self, "val/test_time_scaling", fig)
 
+    def headline(self) -> Headline:
+        """The evaluation score (success % or D4RL-normalised return) of the method's own acting rule, against the
+        acting rules evaluated beside it in the same rollouts: behaviour cloning (`bc`, one reference sample) and, for
+        VGF, best-of-N under Q without transport (`L0`)."""
+        names = self.eval_groups()
+        baselines = {}
+        if "bc" in names:
+            baselines["BC (one reference sample)"] = "{stage}/score_bc"
+        if "L0" in names and names[-1] != "L0":
+            baselines["best-of-N under Q, no transport (L0)"] = "{stage}/score_L0"
+        return Headline(
+            metric="{stage}/score", higher_is_better=True, baselines=baselines, method=type(self).__name__,
+            claim=self.headline_claim,
+            extra=(*(f"{{stage}}/score_{n}" for n in names[:-1] if n not in ("bc", "L0")),
+                   f"{{stage}}/success_{names[-1]}"))
+
+    headline_claim = "the learned policy scores above the behaviour policy it was trained from (BC)"
+
     def on_fit_end(self) -> None:
         for env in self._envs:
             env.close()
@@ -351,6 +370,9 @@ class VGF(OfflineRLModule):
         return out
 
     # --------------------------------------------------------------------------------------------- evaluation
+    headline_claim = ("value-gradient transport of the reference policy's particles scores above BC and above "
+                      "best-of-N without transport (L0), rising with the budget L")
+
     def eval_groups(self) -> list[str]:
         """Acting rules evaluated side by side: `L<n>` (VGF with budget n; `L0` is best-of-N under Q), `bc` (one
         reference sample) and `ascent<n>` (n steps of kernel-free ascent on Q); set `eval_policies` to change them."""
