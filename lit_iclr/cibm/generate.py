@@ -18,6 +18,9 @@ every photo - the class-level concept labels are sometimes wrong for the image. 
 Leakage channel: the background grey level is one of four levels keyed to the class (class mod 4) with probability
 `p_leak`, random otherwise. No concept describes it, yet it carries class information: a model whose soft concepts
 encode it predicts the class through the bottleneck beyond what the concepts say, which the leakage metrics measure.
+With `classes_per_prototype` r > 1, r consecutive classes share one concept prototype (class k has prototype k // r), so
+within a prototype the class is told only by the background level: the concepts cannot carry it, the leakage channel
+can (the r classes of a prototype have distinct levels, r <= 4).
 
 Written: attributes.txt, CUB_200_2011/{images.txt, image_class_labels.txt, train_test_split.txt, classes.txt,
 attributes/image_attribute_labels.txt, attributes/certainties.txt, images/...}, and Koh et al.'s
@@ -94,8 +97,13 @@ def render(values: np.ndarray, item: np.ndarray, background: float, rng: np.rand
 
 def generate_cub(out_dir: Path, num_images: int = 3600, num_classes: int = 16, train_fraction: float = 0.6,
                  val_fraction: float = 0.2, p_deviate: float = 0.12, p_annot_flip: float = 0.05, p_leak: float = 0.85,
-                 min_distance: int = 2, seed: int = 0, fashion_mnist_root: str | Path = FASHION_MNIST_DIR) -> None:
+                 min_distance: int = 2, seed: int = 0, classes_per_prototype: int = 1,
+                 fashion_mnist_root: str | Path = FASHION_MNIST_DIR) -> None:
     """Write the dataset described in the module docstring into `out_dir` (the folder that will hold CUB_200_2011/)."""
+    r = classes_per_prototype
+    if r < 1 or num_classes % r or r > len(BACKGROUND_LEVELS):
+        raise ValueError(f"classes_per_prototype must divide num_classes ({num_classes}) and be 1..{len(BACKGROUND_LEVELS)}"
+                         f" (one background level per class of a prototype), got {r}")
     rng = np.random.default_rng(seed)
     out_dir = Path(out_dir)
     cub = out_dir / "CUB_200_2011"
@@ -103,7 +111,9 @@ def generate_cub(out_dir: Path, num_images: int = 3600, num_classes: int = 16, t
     names = concept_names()
     (out_dir / "attributes.txt").write_text("".join(f"{i} {n}\n" for i, n in enumerate(names, 1)))
     (cub / "attributes" / "certainties.txt").write_text("".join(f"{i} {c}\n" for i, c in enumerate(CERTAINTIES, 1)))
-    protos = class_prototypes(num_classes, min_distance, rng)
+    protos = class_prototypes(num_classes // r, min_distance, rng)
+    if r > 1:  # class k shows prototype k // r; classes k, k + 1 of one prototype have background levels k % 4 apart
+        protos = np.repeat(protos, r, axis=0)
     class_dirs = [f"{k + 1:03d}.Class_{k + 1:02d}" for k in range(num_classes)]
     (cub / "classes.txt").write_text("".join(f"{k + 1} {d}\n" for k, d in enumerate(class_dirs)))
     items = {s: load_fashion_mnist(fashion_mnist_root, s) for s in ("train", "test")}

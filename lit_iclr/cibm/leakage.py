@@ -165,7 +165,13 @@ def class_leakage(c_probs: np.ndarray, y: np.ndarray, test_size: float = 0.3, se
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import train_test_split
 
-    tr, te = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed, stratify=y)
+    if len(y) < 20 or len(np.unique(y)) < 2:
+        return {}  # too few points for a held-out probe (e.g. a smoke run's two batches)
+    counts = np.unique(y, return_counts=True)[1]
+    stratify = y if counts.min() >= 2 and len(counts) <= test_size * len(y) else None
+    tr, te = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed, stratify=stratify)
+    if len(np.unique(y[tr])) < 2:
+        return {}
     accs = {}
     for name, feats in (("soft", c_probs), ("hard", (c_probs > 0.5).astype(np.float32))):
         probe = LogisticRegression(max_iter=300).fit(feats[tr], y[tr])

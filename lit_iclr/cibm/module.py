@@ -6,12 +6,17 @@ Losses per batch (official `train_model`, sums over concepts, means over the bat
     IB_E:  L = CE + (1 + beta) * lambda * BCE, plus (1 - beta) * H_hat(C) backpropagated into the concept heads only
     none:  L = CE + lambda * BCE
 
-I_hat and H_hat are computed on a fresh subsample of `mi_samples` training inputs each batch (`mi_source: train`, as the
+I_hat is the official minibatch estimator (`mi_estimator: minibatch`, ceiling log M) or the Gaussian variational bound
+(`mi_estimator: gaussian`, no ceiling; see ib.py). I_hat and H_hat are computed on a fresh subsample of `mi_samples` training inputs each batch (`mi_source: train`, as the
 official code does) or on the batch itself (`mi_source: batch`). Manual optimisation, because IB_E's term is
 backpropagated into a subset of the parameters (`manual_backward(..., inputs=...)`) before the main loss.
 Family specifics: sequential trains the concepts for `sequential_concept_epochs` epochs, then only the label head on
 frozen concept predictions; independent trains the label head on true concepts; CEM intervenes at random during
 training (probability `cem_p_int`); ProbCBM adds a KL(N(mu, sigma) || N(0, I)) term.
+
+Vanilla CBM in the same run (`vanilla_baseline`): a deterministic joint CBM (same heads, optimiser, schedule, batches)
+trained alongside on CE + lambda * BCE, evaluated on the same points: its accuracy, concept accuracy and class leakage are
+logged as `<stage>/<metric>_vanilla` and shown by the run summary next to the model's (`headline`).
 
 Logged: train/val/test accuracy, concept accuracy, I_hat(X;C), I(C;Y) (information plane, figure at the end of fit),
 beta; at test also intervention curves (random and uncertainty order; figure), and, with `leakage_metrics`, OIS, NIS
@@ -28,9 +33,10 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
+from lit_iclr.core.summary import Headline
 
 from . import interventions as tti
-from .ib import dual_update, est_hc, est_mi, mi_cy
+from .ib import dual_update, est_hc, est_mi, gaussian_mi_bound, mi_cy
 from .model import FAMILIES, ConceptBottleneck
 
 
@@ -54,6 +60,7 @@ class CIBM(BaseModule):
         mi_samples: int = 200,
         mi_source: Literal["train", "batch"] = "train",
         jensen: bool = False,
+        mi_estimator: Literal["minibatch", "gaussian"] = "minibatch",
         sample_at_eval: bool = True,
         sequential_concept_epochs: int | None = None,
         sequential_head_lr: float = 1e-2,
@@ -64,6 +71,8 @@ class CIBM(BaseModule):
         leakage_metrics: bool = False,
         leakage_samples: int = 1000,
         nis_mode: str = "refit",
+        probe_leakage: bool = True,
+        vanilla_baseline: bool = True,
         optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=1e-3),
     ):
         """
@@ -85,6 +94,8 @@ class CIBM(BaseModule):
             mi_samples: Subsample size M of the I(X;C) / H(C) estimators (official 200).
             mi_source: Draw the subsample from the training set (`train`, official) or use the batch (`batch`).
             jensen: Jensen bound instead of logsumexp for the marginal p(z).
+            mi_estimator: I(X;C) of IB_B and of the logged `mi_xc`: `minibatch` (official, Ji et al.; saturates at
+                log M) or `gaussian` (variational KL bound to the subsample's moment-matched Gaussian; no ceiling).
             sample_at_eval: Sample z at evaluation too (official); false uses the mean.
             sequential_concept_epochs: Sequential family: epochs of concept training before the head (null: half).
             sequential_head_lr: Sequential: constant learning rate of the label-head stage (a separate convex fit in Koh
@@ -97,6 +108,9 @@ class CIBM(BaseModule):
             leakage_samples: Test points those metrics use at most (a seeded subset).
             nis_mode: NIS predictor: `refit` (a predictor per niche on the outside-niche concepts) or `reference` (the
                 `concept-quality` code: one full-input predictor, niche zeroed, softmax over concepts); see leakage.py.
+            probe_leakage: The class-leakage probe (soft minus hard concepts) at every validation and test, for the
+                model and the vanilla baseline (a few logistic regressions on at most `leakage_samples` points).
+            vanilla_baseline: Train a deterministic joint CBM alongside, on the same batches (the run's baseline).
             optimizer: Optimizer factory (official Adam, lr 1e-3).
         """
         super().__init__()
@@ -109,8 +123,14 @@ class CIBM(BaseModule):
             raise ConfigError(f"ib: {ib} needs a stochastic concept layer (stochastic: true, family other than blackbox)")
         if family == "blackbox" and stochastic:
             raise ConfigError("the blackbox reference is deterministic: set stochastic: false")
+        if mi_estimator not in ("minibatch", "gaussian"):
+            raise ConfigError(f"model.mi_estimator must be minibatch or gaussian, got {mi_estimator!r}")
         self.groups = [list(g) for g in (concept_groups or [[k] for k in range(num_concepts)])]
         self.net = ConceptBottleneck(list(input_shape), num_concepts, num_classes, family, stochastic, hidden, emb_dim, backbone)
+        is_vanilla = family == "joint" and not stochastic and ib == "none"
+        # built after `net`, so the model's initialisation (and every draw of its training) is the same with or without it
+        self.vanilla = (ConceptBottleneck(list(input_shape), num_concepts, num_classes, "joint", False, hidden, emb_dim,
+                                          backbone) if vanilla_baseline and family != "blackbox" and not is_vanilla else None)
         self.register_buffer("beta", torch.tensor(float(beta), dtype=torch.float64))
         self.plane: list[tuple[int, float, float]] = []  # (epoch, I_hat(X;C), I(C;Y)) at each validation
         self.test_results: dict = {}
@@ -149,14 +169,17 @@ class CIBM(BaseModule):
             torch.manual_seed(seed + 1)
             return self._training_step(batch, seed)
 
-    def _training_step(self, batch, seed: int):
+    def _mi(self, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        if self.hparams.mi_estimator == "gaussian":
+            return gaussian_mi_bound(mu, sigma)
+        return est_mi(mu, sigma, jensen=self.hparams.jensen)
+
+    def losses(self, batch, seed: int, beta: float, sub_x: torch.Tensor | None = None) -> dict:
+        """The step's losses: `loss` (the model's, IB_B term included), `hc` (IB_E's H_hat, backpropagated separately),
+        `mi` (IB_B's I_hat), `loss_vanilla` (the baseline's); `sub_x` replaces the I(X;C) subsample (the plan's)."""
         hp = self.hparams
         x, c, y = batch["x"], batch["c"], batch["y"]
-        opt = self.optimizers()
         concepts_stage = self._concepts_trained()
-        if not concepts_stage:  # sequential head stage: its own constant rate
-            for group in opt.param_groups:
-                group["lr"] = hp.sequential_head_lr
         enc = self.net.encode(x)
         z = self.net.sample(enc)
         mask = None
@@ -165,7 +188,6 @@ class CIBM(BaseModule):
         out = self.net.decide(enc, z, c_true=c, mask=mask, detach_concepts=not concepts_stage)
         bce = F.binary_cross_entropy_with_logits(out["c_logits"], c, reduction="none").sum(1).mean()
         ce = F.cross_entropy(out["y_logits"], y)
-        beta = float(self.beta)
         if hp.family == "blackbox":
             loss = ce
         elif hp.family == "sequential":
@@ -179,33 +201,57 @@ class CIBM(BaseModule):
             mu, sigma = enc["mu"], enc["sigma"]
             kl = 0.5 * (mu**2 + sigma**2 - 1 - 2 * torch.log(sigma)).sum(1).mean()
             loss = loss + hp.probcbm_kl * kl
+        res: dict = {"y_logits": out["y_logits"]}
         use_ib = hp.ib != "none" and concepts_stage
-        mi = None
         if use_ib and hp.ib == "B":
-            sub = self.net.encode(self._subsample(x, seed)) if hp.mi_source == "train" else enc
-            mi = est_mi(sub["mu"], sub["sigma"], jensen=hp.jensen)
-            constraint = hp.mi_const - mi
-            loss = loss + beta * constraint                        # beta * (I_c - I_hat)
+            if sub_x is None and hp.mi_source == "train":
+                sub_x = self._subsample(x, seed)
+            sub = self.net.encode(sub_x) if sub_x is not None else enc
+            mi = self._mi(sub["mu"], sub["sigma"])
+            loss = loss + beta * (hp.mi_const - mi)                # beta * (I_c - I_hat)
+            res["mi"] = mi
         elif use_ib and hp.ib == "E":
             loss = loss + beta * hp.concept_weight * bce           # (1 + beta) * BCE in total
             if hp.mi_source == "train":
                 with torch.no_grad():  # the backbone gets no gradient from H(C): only the heads' inputs are needed
-                    h_sub = self.net.features(self._subsample(x, seed))
+                    h_sub = self.net.features(self._subsample(x, seed) if sub_x is None else sub_x)
                 sigma_sub = self.net.latent(h_sub)["sigma"]
             else:
                 sigma_sub = enc["sigma"]
-            hc = est_hc(sigma_sub)
+            res["hc"] = est_hc(sigma_sub)
+        if self.vanilla is not None:  # the baseline: a deterministic joint CBM on the same batch, CE + lambda * BCE
+            enc_v = self.vanilla.encode(x)
+            out_v = self.vanilla.decide(enc_v, enc_v["mu"])
+            res["loss_vanilla"] = (F.cross_entropy(out_v["y_logits"], y) + hp.concept_weight
+                                   * F.binary_cross_entropy_with_logits(out_v["c_logits"], c, reduction="none").sum(1).mean())
+        res["loss"] = loss
+        return res
+
+    def _training_step(self, batch, seed: int):
+        hp = self.hparams
+        y = batch["y"]
+        opt = self.optimizers()
+        if not self._concepts_trained():  # sequential head stage: its own constant rate (the model's group only)
+            opt.param_groups[0]["lr"] = hp.sequential_head_lr
+        beta = float(self.beta)
+        r = self.losses(batch, seed, beta)
+        loss = r["loss"]
+        if "hc" in r:
             # H(C) reaches only the concept encoder heads (official: backward(inputs=pred_mu + pred_sigma params))
-            self.manual_backward((1 - beta) * hc, inputs=self.net.head_params(), retain_graph=True)
-            self.log("train/h_c", hc.detach(), batch_size=len(y))
-        self.manual_backward(loss)
+            self.manual_backward((1 - beta) * r["hc"], inputs=self.net.head_params(), retain_graph=True)
+            self.log("train/h_c", r["hc"].detach(), batch_size=len(y))
+        # one backward for both: the two graphs share no parameter, and Adam's state is per parameter
+        self.manual_backward(loss + r["loss_vanilla"] if "loss_vanilla" in r else loss)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mi = r.get("mi")
         if mi is not None:  # Lagrangian dual step after the batch (official sign: beta_lr < 0)
             self.beta.fill_(dual_update(beta, float(mi.detach()), hp.mi_const, hp.beta_lr))
             self.log("train/mi_xc", mi.detach(), batch_size=len(y))
+        if "loss_vanilla" in r:
+            self.log("train/loss_vanilla", r["loss_vanilla"].detach(), batch_size=len(y))
         self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(y))
-        self.log("train/acc", (out["y_logits"].argmax(-1) == y).float().mean(), batch_size=len(y))
+        self.log("train/acc", (r["y_logits"].argmax(-1) == y).float().mean(), batch_size=len(y))
         self.log("train/beta", float(self.beta), batch_size=len(y))
         return loss.detach()
 
@@ -220,6 +266,10 @@ class CIBM(BaseModule):
         z = self.net.sample(enc, self.hparams.sample_at_eval)
         out = self.net.decide(enc, z)
         keep = {"y": batch["y"], "c": batch["c"], "y_logits": out["y_logits"], "c_logits": out["c_logits"], "mu": enc["mu"]}
+        if self.vanilla is not None:
+            enc_v = self.vanilla.encode(batch["x"])
+            out_v = self.vanilla.decide(enc_v, enc_v["mu"])
+            keep["y_logits_v"], keep["c_logits_v"] = out_v["y_logits"], out_v["c_logits"]
         if "sigma" in enc:
             keep["sigma"] = enc["sigma"]
         if "emb" in enc:
@@ -238,10 +288,16 @@ class CIBM(BaseModule):
                "mi_cy": mi_cy(r["y_logits"], r["y"], hp.num_classes).item()}
         if hp.family != "blackbox":
             res["concept_acc"] = ((r["c_logits"] > 0).float() == r["c"]).float().mean().item()
+        if "y_logits_v" in r:
+            res["acc_vanilla"] = (r["y_logits_v"].argmax(-1) == r["y"]).float().mean().item()
+            res["concept_acc_vanilla"] = ((r["c_logits_v"] > 0).float() == r["c"]).float().mean().item()
+        if hp.probe_leakage and hp.family != "blackbox":
+            res.update(self._probe(r))
         if "sigma" in r:
             g = torch.Generator(device=r["mu"].device).manual_seed(0)
             idx = torch.randperm(len(r["mu"]), generator=g, device=r["mu"].device)[:hp.mi_samples]
-            res["mi_xc"] = est_mi(r["mu"][idx], r["sigma"][idx], jensen=hp.jensen).item()
+            res["mi_xc"] = self._mi(r["mu"][idx], r["sigma"][idx]).item()
+            res["mi_xc_bound"] = gaussian_mi_bound(r["mu"][idx], r["sigma"][idx]).item()  # no ceiling, for comparison
             if stage == "test":  # the estimator's ceiling is log M: I_hat at other subsample sizes, and sigma vs spread of mu
                 for m in (32, 400, 1000) if r["mu"].dim() == 2 else (32, 400):  # (M, M, K, D) pairs: bounded
                     sub = torch.randperm(len(r["mu"]), generator=g, device=r["mu"].device)[:m]
@@ -251,6 +307,20 @@ class CIBM(BaseModule):
         for k, v in res.items():
             self.log(f"{stage}/{k}", v, prog_bar=k == "acc")
         return res
+
+    def _probe(self, r: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Class leakage (probe on soft minus hard concepts) of the model and the vanilla baseline, on the same points."""
+        from .leakage import class_leakage
+
+        sub = torch.randperm(len(r["y"]), generator=torch.Generator().manual_seed(0))[:self.hparams.leakage_samples]
+        y = r["y"][sub].cpu().numpy()
+        out = {}
+        for tag, key in (("", "c_logits"), ("_vanilla", "c_logits_v")):
+            if key in r:
+                probe = class_leakage(torch.sigmoid(r[key][sub]).cpu().numpy(), y)
+                if probe:
+                    out.update({f"{k}{tag}": v for k, v in probe.items()})
+        return out
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch)
@@ -311,24 +381,45 @@ class CIBM(BaseModule):
 
             log_figure(self, "test/interventions", intervention_figure({self._label(): curves["random"]}))
             if self.hparams.leakage_metrics:
-                from .leakage import class_leakage, niche_impurity_score, oracle_impurity_score
+                from .leakage import niche_impurity_score, oracle_impurity_score
 
                 # on at most `leakage_samples` test points (seeded), to bound the K^2 probe fits
                 sub = torch.randperm(len(r["y"]), generator=torch.Generator().manual_seed(0))[:self.hparams.leakage_samples]
                 probs = torch.sigmoid(r["c_logits"][sub]).cpu().numpy()
-                c_true, y = r["c"][sub].cpu().numpy(), r["y"][sub].cpu().numpy()
+                c_true = r["c"][sub].cpu().numpy()
                 res["ois"] = oracle_impurity_score(probs, c_true)
                 res["nis"] = niche_impurity_score(probs, c_true, mode=self.hparams.nis_mode)
-                res.update(class_leakage(probs, y))
+                if "leakage" not in res:  # the probe, when `probe_leakage` did not already log it
+                    res.update(self._probe({"y": r["y"], "c_logits": r["c_logits"]}))
                 for key in ("ois", "nis", "leakage", "probe_soft", "probe_hard"):
-                    self.log(f"test/{key}", res[key])
+                    if key in res:
+                        self.log(f"test/{key}", res[key])
         res["beta"] = float(self.beta)
         res["plane"] = list(self.plane)
         self.test_results = res
 
     # ---------------------------------------------------------------- optimisation
+    def setup(self, stage: str) -> None:
+        # concept groups a lazy reader knew only after reading its files (a config that states the sizes links none)
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        groups = getattr(dm, "concept_groups", None)
+        if self.hparams.concept_groups is None and groups:
+            self.groups = [list(g) for g in groups]
+
+    def headline(self) -> Headline:
+        base = {"vanilla CBM": "{stage}/acc_vanilla"} if self.vanilla is not None else {}
+        extra = ("{stage}/concept_acc", "{stage}/concept_acc_vanilla", "{stage}/leakage", "{stage}/leakage_vanilla",
+                 "{stage}/mi_xc", "{stage}/mi_xc_bound")
+        return Headline(metric="{stage}/acc", higher_is_better=True, baselines=base, method=self._label(), extra=extra,
+                        claim="IB-CBM is at least as accurate as a vanilla CBM and leaks less class information "
+                              "(leakage = probe on soft minus hard concepts)")
+
     def configure_optimizers(self):
-        opt = self.optimizer(self.parameters())
+        main = [p for n, p in self.named_parameters() if not n.startswith("vanilla.")]
+        groups = [{"params": main}]
+        if self.vanilla is not None:  # a second group, so the sequential head stage's rate reaches the model only
+            groups.append({"params": list(self.vanilla.parameters())})
+        opt = self.optimizer(groups)
         if not self.hparams.use_scheduler:
             return opt
         t_max = max(1, self.trainer.max_epochs or 1) if self._trainer is not None else 1
