@@ -18,6 +18,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core.grad_sync import backward_and_average
 from lit_iclr.core.module import BaseModule
+from lit_iclr.core.summary import Headline
 
 from .api import TopKLogprobAPI
 from .batching import chat_batch
@@ -124,6 +125,7 @@ class JULI(BaseModule):
 
     def training_step(self, batch, batch_idx):
         opt_policy, opt_net = self.optimizers()
+        self._forget_other_phase(batch["phase"])
         tb = chat_batch(self.tokenizer, batch["messages"], batch["replies"]).to(self.device)
         if batch["phase"] == "policy":
             # phase 1: the defender's alignment, cross-entropy of the policy replies through the LoRA-adapted target
@@ -145,6 +147,36 @@ class JULI(BaseModule):
         opt_net.step()
         self.log_train({"train/steer_nll": loss.detach(), "train/coverage": coverage}, prog_bar=["train/steer_nll"])
         return loss
+
+    PHASE_KEYS = {"policy": ("train/policy_nll",), "attack": ("train/steer_nll", "train/coverage")}
+
+    def _forget_other_phase(self, phase: str) -> None:
+        """Drop the other phase's step metrics from Lightning's step results when the phase changes.
+
+        Lightning keeps the last value of every key logged on step and writes it again into each later row of the
+        epoch, so every attack-phase row of metrics.csv carried the last alignment loss. Those step results are not
+        in the checkpoint: a run resumed inside the attack phase (a graceful stop) lacked the stale column in its first
+        row, and its metrics.csv differed from an uninterrupted run's. A step now logs only its own phase's keys."""
+        if getattr(self, "_phase", None) == phase:
+            return
+        self._phase = phase
+        results = self.trainer._results if self._trainer is not None else None
+        stale = {k for p, keys in self.PHASE_KEYS.items() if p != phase for k in keys}
+        for item in (results.values() if results is not None else ()):
+            if item.meta.name in stale:
+                item.reset()  # marks it `has_reset`: Lightning's step metrics leave it out until logged again
+
+    def headline(self) -> Headline:
+        return Headline(
+            metric="{stage}/violation/biasnet", higher_is_better=True,
+            baselines={"best fixed-rank opening": "{stage}/violation/fixed_rank_best",  # r = 1..k, best on these requests
+                       "plain decoding": "{stage}/violation/plain",
+                       "random candidate": "{stage}/violation/random"},
+            claim="BiasNet, reading only the API's top-k log-probabilities, makes the aligned target violate its policy "
+                  "more often than the policy itself and than any fixed-rank opening",
+            method="JULI (BiasNet)",
+            extra=("{stage}/fixed_rank_best_r", "{stage}/opening/biasnet", "{stage}/ppl/biasnet",
+                   "{stage}/detector_auroc", "{stage}/compliance"))
 
     def validation_step(self, batch, batch_idx):
         h = self.hparams

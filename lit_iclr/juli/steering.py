@@ -45,11 +45,22 @@ def random_chooser(generator: torch.Generator):
     return choose
 
 
+def fixed_rank_chooser(rank: int):
+    """Baseline: the rank-`rank` returned candidate (1 = the top) at the first step, greedy afterwards.
+
+    The non-learned rule a plug-in reading ranks only could at best follow at the opening; the best such rank over
+    r = 1..k is the baseline a learned choice must beat (`harness.evaluate`: `violation/fixed_rank_best`)."""
+    if rank < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}")
+
+    def choose(step, ids, _lp, _true_logp):
+        return ids[:, min(rank, ids.shape[-1]) - 1] if step == 0 else ids[:, 0]
+    return choose
+
+
 def second_first_chooser():
     """Baseline: the rank-2 candidate at the first step (away from the policy's opening), greedy afterwards."""
-    def choose(step, ids, _lp, _true_logp):
-        return ids[:, min(1, ids.shape[-1] - 1)] if step == 0 else ids[:, 0]
-    return choose
+    return fixed_rank_chooser(2)
 
 
 def sample_chooser(temperature: float, generator: torch.Generator):
