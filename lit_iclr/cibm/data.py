@@ -3,7 +3,8 @@
 Batches are dicts: `x` (an embedding (B, D) or an image (B, C, H, W) in [-1, 1]), `c` (B, K) concept labels in {0, 1},
 `y` (B,) class. Sizes the model needs (input shape, number of concepts and classes, concept groups) are linked to the
 model. `__init__` reads no file: real data's sizes come from the config when it states them (`num_concepts`,
-`num_classes`; checked against the files in setup, so `cli.py plan` needs no data) or are read at first use. `train_inputs` (all training inputs, in memory) is what the model draws its I(X;C) subsample from.
+`num_classes`; checked against the files in setup, so `cli.py plan` needs no data) or are read at first use.
+`train_inputs` (all training inputs, in memory) is what the model draws its I(X;C) subsample from.
 """
 from __future__ import annotations
 
@@ -272,7 +273,8 @@ class CUBConcepts(_ConceptData):
     def describe(self) -> str:
         what = "generated CUB-format Fashion-MNIST scenes" if self.root is None else "CUB-200-2011"
         inp = f"frozen {self.embed_backbone} embeddings" if self.embed_backbone else "images"
-        return (f"CUBConcepts: {what} at {self.path}; {self.num_concepts} concepts in {len(self.group_names) or '(read at setup)'} groups, "
+        groups = len(self.group_names) or "(read at setup)"
+        return (f"CUBConcepts: {what} at {self.path}; {self.num_concepts} concepts in {groups} groups, "
                 f"{self.num_classes} classes; model input: {inp} {self.input_shape}")
 
 

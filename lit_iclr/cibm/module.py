@@ -7,7 +7,8 @@ Losses per batch (official `train_model`, sums over concepts, means over the bat
     none:  L = CE + lambda * BCE
 
 I_hat is the official minibatch estimator (`mi_estimator: minibatch`, ceiling log M) or the Gaussian variational bound
-(`mi_estimator: gaussian`, no ceiling; see ib.py). I_hat and H_hat are computed on a fresh subsample of `mi_samples` training inputs each batch (`mi_source: train`, as the
+(`mi_estimator: gaussian`, no ceiling; see ib.py). I_hat and H_hat are computed on a fresh subsample of `mi_samples`
+training inputs each batch (`mi_source: train`, as the
 official code does) or on the batch itself (`mi_source: batch`). Manual optimisation, because IB_E's term is
 backpropagated into a subset of the parameters (`manual_backward(..., inputs=...)`) before the main loss.
 Family specifics: sequential trains the concepts for `sequential_concept_epochs` epochs, then only the label head on

@@ -178,7 +178,8 @@ def test_gaussian_bound_upper_bounds_the_mi_of_a_binary_code():
 
     a, sigma = 1.0, 0.5
     t = torch.linspace(-8, 8, 20001, dtype=torch.float64)
-    pdf = 0.5 * (torch.exp(-0.5 * ((t - a) / sigma) ** 2) + torch.exp(-0.5 * ((t + a) / sigma) ** 2)) / (sigma * math.sqrt(2 * math.pi))
+    pdf = (0.5 * (torch.exp(-0.5 * ((t - a) / sigma) ** 2) + torch.exp(-0.5 * ((t + a) / sigma) ** 2))
+           / (sigma * math.sqrt(2 * math.pi)))
     h_mix = -(pdf * torch.log(pdf.clamp_min(1e-300))).sum().item() * (t[1] - t[0]).item()
     true = h_mix - 0.5 * math.log(2 * math.pi * math.e * sigma**2)
     mu = torch.tensor([[a], [-a]] * 50, dtype=torch.float64)
@@ -199,7 +200,8 @@ def test_vanilla_baseline_trains_alongside_on_the_same_batch_and_leaves_the_mode
     with_v, batch = _tiny("B")
     without, _ = _tiny("B", vanilla_baseline=False)
     assert with_v.vanilla is not None and without.vanilla is None
-    assert all(torch.equal(a, b) for a, b in zip(with_v.net.state_dict().values(), without.net.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(with_v.net.state_dict().values(), without.net.state_dict().values(),
+                                                      strict=True))
     torch.manual_seed(7)  # the same eps for both
     r = with_v.losses(batch, 0, 0.5)
     enc = with_v.vanilla.encode(batch["x"])

@@ -53,7 +53,7 @@ def test_xlsa17_reader_is_lazy(tmp_path):
     dm = XLSA17Concepts(root=str(tmp_path / "nope"), num_concepts=85, num_classes=50)
     assert (dm.num_concepts, dm.num_classes, dm.input_shape, dm.concept_groups) == (85, 50, [2048], None)
     with pytest.raises(Exception, match="res101.mat|att_splits.mat|nope"):
-        XLSA17Concepts(root=str(tmp_path / "nope")).num_concepts
+        _ = XLSA17Concepts(root=str(tmp_path / "nope")).num_concepts
 
 
 def test_class_leakage_probe_sees_a_class_bit_in_soft_values_only():
