@@ -89,29 +89,40 @@ class LMActor:
         return logp.sum(-1).numpy(), mask.sum(-1).numpy()
 
 
+UNAVAILABLE = "state unavailable"
+
+
 class Extractor:
-    """chi's state extractor run in the sandbox; a call that fails returns a fixed marker and is counted."""
+    """chi's state extractor run in the sandbox; a call that fails returns a fixed marker and is counted, time-outs
+    (the call ran past `timeout_s`, e.g. on a loaded machine) separately: they change what the actor sees."""
 
     def __init__(self, code: str, timeout_s: float = 1.0):
         self.fn = SandboxedFunction(code, "extract_state", timeout_s=timeout_s, max_output=400)
         self.failures = 0
+        self.timeouts = 0
 
     def __call__(self, history: list) -> str:
         try:
             return self.fn(history)
-        except SandboxError:
+        except SandboxError as e:
             self.failures += 1
-            return "state unavailable"
+            self.timeouts += is_timeout(e)
+            return UNAVAILABLE
 
     def close(self) -> None:
         self.fn.close()
+
+
+def is_timeout(error: SandboxError) -> bool:
+    """The sandbox's time-out (`core/sandbox.py` raises SandboxError("timed out after ... s"))."""
+    return str(error).startswith("timed out")
 
 
 def play_episode(game: ZMachineGame, chi: AgentConfig, choose, step_limit: int, rng: np.random.Generator,
                  extractor_timeout_s: float = 1.0) -> dict:
     """One J-TTL episode from the identical start; `choose(sit, rng) -> index` picks each command.
 
-    Returns {transcript, score, won, steps, env_time, extractor_failures}; each transcript step is
+    Returns {transcript, score, won, steps, env_time, extractor_failures, extractor_timeouts}; each transcript step is
     {state, action, obs (after), reward, score (after), admissible (before)}.
     """
     extractor = Extractor(chi.extractor, extractor_timeout_s)
@@ -140,6 +151,7 @@ def play_episode(game: ZMachineGame, chi: AgentConfig, choose, step_limit: int, 
             history.append([action, nxt.obs])
             st = nxt
         return {"transcript": transcript, "score": st.score, "won": st.won, "done": st.done, "steps": len(transcript),
-                "env_time": env_time, "extractor_failures": extractor.failures}
+                "env_time": env_time, "extractor_failures": extractor.failures,
+                "extractor_timeouts": extractor.timeouts}
     finally:
         extractor.close()

@@ -102,7 +102,7 @@ def test_a_broken_textworld_game_json_is_one_line_naming_it(data_dir, tmp_path, 
 
 def test_real_configs_parse(capsys):
     out = print_config("configs/evotest.yaml", capsys)
-    assert "lit_iclr.evotest.EvoTest" in out and "JTTLGames" in out and "exploration_constant: 1.0" in out
+    assert "lit_iclr.evotest.EvoTest" in out and "JTTLGames" in out and "exploration_constant: null" in out and "exploration_fraction: 0.03" in out
     assert "game_file" not in out  # linked from the data
     assert "actor: lm" in print_config("configs/evotest_lm.yaml", capsys)
 
