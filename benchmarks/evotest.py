@@ -27,11 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 METHODS = ("static", "memory", "reflection", "summary", "rag", "qlearning", "pg", "evotest")
 # the tuning budget: one knob per method, 3 values each (the same number of development runs for every method);
-# name, default (kept on a tie), values
+# name, default (kept on a tie), values. EvoTest's: c = fraction x max score; on the max-3 development game 0.33 is the
+# unscaled c = 1 and 1.0 an exploration term spanning the whole score range
 KNOBS = {"static": ("temperature", 1.0, (0.5, 1.0, 1.5)), "memory": ("memory_weight", 3.0, (1.5, 3.0, 6.0)),
          "reflection": ("avoid_weight", 4.0, (2.0, 4.0, 8.0)), "summary": ("memory_weight", 3.0, (1.5, 3.0, 6.0)),
          "rag": ("memory_weight", 3.0, (1.5, 3.0, 6.0)), "qlearning": ("epsilon", 0.2, (0.1, 0.2, 0.4)),
-         "pg": ("lr", 0.5, (0.1, 0.5, 2.0)), "evotest": ("exploration_fraction", 0.03, (0.03, 0.1, 0.33))}
+         "pg": ("lr", 0.5, (0.1, 0.5, 2.0)), "evotest": ("exploration_fraction", 0.03, (0.03, 0.33, 1.0))}
 DEV_GAME, DEV_SEEDS = "cooking_easy-dev1", (100, 101)  # tw-make cooking_easy with generator seed 1; own seeds
 GAMES = {"cooking_easy": ("cooking_easy", 0), "cooking_hard": ("cooking_hard", 0), DEV_GAME: ("cooking_easy", 1)}
 

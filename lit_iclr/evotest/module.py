@@ -63,8 +63,9 @@ class EvoTest(BaseModule):
                 Jericho games scored in the tens to hundreds); null: `exploration_fraction` x the game's max score.
             exploration_fraction: UCB c as a fraction of the game's max score, used when exploration_constant is null.
                 The reference's c = 1 is 1/360 of Detective's range and 1/30 of Library's, so its exploration term
-                (at most c sqrt(ln N) ~ 1.6 c) only breaks ties between equal scores; c = 1 on a game scored 0-3
-                overrides one-point differences. 0.03 keeps the reference's regime (seeds/evotest.md: tuning table).
+                (at most c sqrt(ln N), 1.6 c at 13 nodes) only breaks ties between scores that differ by a point or
+                more; c = 1 on a game scored 0-3 is half the range. 0.03 keeps the reference's regime
+                (seeds/evotest.md: tuning table).
             depth_constant: UCB depth decay alpha (reference code: 0.8).
             drop_fraction: Drop-replay threshold as a fraction of the game's max score (reference: 50 points).
             distill_win: Before freezing, evolve once from a win the guide did not spell out (false: freeze at once,
