@@ -1,7 +1,7 @@
 """STORM vs persistence, climatology and single-scale networks matched in parameters and in compute, on the default
 planet (WB2 layout), over several seeds with paired 95% confidence intervals.
 
-    .venv/bin/python benchmarks/storm.py --seeds 3              # the default 4-year planet (reduced runs: seeds/storm.md)
+    .venv/bin/python benchmarks/storm.py --seeds 3              # the default planet of configs/storm.yaml (486 days)
     .venv/bin/python benchmarks/storm.py --compile_check 5      # eager vs torch.compile CPU time per training step
     .venv/bin/python benchmarks/storm.py --quick                # smoke run
 
@@ -26,6 +26,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out" / "storm"
 REGION = [30.0, 72.0, 300.0, 45.0]  # North Atlantic / Europe box, crossing 0 E
+# the planet and splits of configs/storm.yaml (a training year, two months each of validation and test)
+DEFAULT_DAYS = 486
+DEFAULT_PERIODS = {"train": ["2000-01-01:2000-12-31"], "val": ["2001-01-01:2001-02-28"],
+                   "test": ["2001-03-01:2001-04-30"]}
 
 
 def make_data(args):
@@ -33,7 +37,7 @@ def make_data(args):
     from lit_iclr.storm import WB2WeatherData
 
     dm = WB2WeatherData(data_dir=str(ROOT / "data"), batch_size=args.batch, eval_lead_times=[6, 24, 72, 120],
-                        eval_stride=64 if args.quick else args.eval_stride, default_days=args.days,
+                        eval_stride=args.eval_stride, default_days=args.days,
                         default_spinup_days=args.spinup_days, train_period=args.train_period,
                         val_period=args.val_period, test_period=args.test_period)
     dm.prepare_data()
@@ -426,15 +430,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=16, help="training batch size")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--eval_stride", type=int, default=16, help="one test initialisation every this many 6-h steps")
+    ap.add_argument("--eval_stride", type=int, default=4, help="one test initialisation every this many 6-h steps")
     ap.add_argument("--models", nargs="*", default=["STORM", "single-scale"],
                     help="name prefixes: STORM, 'STORM w/o', single-scale, 'single-scale, same FLOPs', ...")
     ap.add_argument("--hidden", type=int, nargs="*", default=[16, 24, 32], help="STORM widths per scale")
-    ap.add_argument("--days", type=int, default=1461, help="days of the generated planet (1461: the default store)")
+    ap.add_argument("--days", type=int, default=DEFAULT_DAYS,
+                    help=f"days of the generated planet ({DEFAULT_DAYS}: the store of configs/storm.yaml)")
     ap.add_argument("--spinup_days", type=int, default=60, help="spin-up days of the generated planet")
     for split in ("train", "val", "test"):
-        ap.add_argument(f"--{split}_period", nargs="*", default=None,
-                        help="years or 'YYYY-MM-DD:YYYY-MM-DD' ranges (default: 2000-2001 / 2002 / 2003)")
+        ap.add_argument(f"--{split}_period", nargs="*", default=DEFAULT_PERIODS[split],
+                        help="years or 'YYYY-MM-DD:YYYY-MM-DD' ranges (default: those of configs/storm.yaml)")
     ap.add_argument("--out", default=str(OUT), help="results folder; finished (seed, network) runs in it are skipped")
     ap.add_argument("--compile_check", type=int, default=0, metavar="STEPS",
                     help="only time STORM's training step eager vs compiled over this many steps (and the compile)")
@@ -448,8 +453,14 @@ def main() -> None:
     if args.scale_report:
         print(scale_report(args.scale_report, args.scale_baseline))
         return
-    if args.quick:
-        args.steps, args.seeds = min(args.steps, 20), 1
+    if args.quick:  # every setting a smoke run changes, said out loud
+        changed = {"steps": min(args.steps, 20), "seeds": 1, "eval_stride": max(args.eval_stride, 64)}
+        print("quick: " + ", ".join(f"{k} {getattr(args, k)} -> {v}" for k, v in changed.items())
+              + "; no speed measurement and no forecast figure", flush=True)
+        for k, v in changed.items():
+            setattr(args, k, v)
+    print("settings: " + ", ".join(f"{k}={v}" for k, v in vars(args).items() if v is not None and v is not False),
+          flush=True)
     torch.set_num_threads(1)
     t_all = time.time()
     dm = make_data(args)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core.module import BaseModule
+from lit_iclr.core.summary import CardValue, Headline
 
 from .metrics import WB2Scores, lat_weights, spatial_mse
 from .model import STORMNet
@@ -15,6 +16,9 @@ from .pyramid import area_weights, down
 
 FORCINGS = 4  # cos/sin of the year fraction, cos/sin of the local solar time
 WIND = ("u_component_of_wind", "v_component_of_wind")  # vector components: their sign flips across the pole
+# single-scale networks trained like the default fit (configs/storm.yaml, same data and steps), val RMSE by lead (hours):
+# seeds/storm.md, table "Default fit"; shown in the run summary as card values (they need a training run of their own)
+SINGLE_SCALE_CARD: dict[int, dict[str, float]] = {}
 
 
 class STORM(BaseModule):
@@ -26,7 +30,7 @@ class STORM(BaseModule):
                  scale_weights: list[float] | None = None, detach_rollout: bool = False, carry_state: bool = True,
                  coarsen: int = 0, compile_step: bool = False, compile_options: dict | None = None,
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=1e-4),
-                 warmup_steps: int = 100, plot_channel: int = 0):
+                 warmup_steps: int = 100, plot_channel: int = 0, headline_lead: int = 72):
         """
         Args:
             num_channels: Forecast channels C (linked from the data).
@@ -56,6 +60,7 @@ class STORM(BaseModule):
             optimizer: Optimizer factory.
             warmup_steps: Linear warm-up steps before the cosine decay of the learning rate.
             plot_channel: Channel shown in the forecast-vs-truth figure logged at validation.
+            headline_lead: Lead time (hours, one of the data's eval_lead_times) of the run summary's headline RMSE.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -278,6 +283,23 @@ class STORM(BaseModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_scores("test")
+
+    def headline(self) -> Headline:
+        """Latitude-weighted RMSE (normalised units, mean over channels) at `headline_lead` hours against persistence
+        and climatology scored on the same initialisations; the single-scale networks need their own training, so
+        they come from the card (its default-run table: same data, steps and split)."""
+        h = self.hparams.get("headline_lead", 72)
+        key = f"{{stage}}/rmse_norm_{h}h"
+        card = {f"single-scale, same {what}": CardValue(value, f"seeds/storm.md, table 'Default fit', val {h} h RMSE",
+                                                       "val")
+                for what, value in SINGLE_SCALE_CARD.get(h, {}).items()}
+        return Headline(
+            metric=f"{key}/model", higher_is_better=False, method="STORM",
+            baselines={"persistence": f"{key}/persistence", "climatology": f"{key}/climatology"},
+            card=card,
+            claim=f"the multi-scale forecast has the lower {h} h RMSE than persistence and single-scale networks",
+            extra=tuple(f"{{stage}}/rmse_norm_{lead}h/{who}" for lead in (6, 24, 120) if lead != h
+                        for who in ("model", "persistence")))
 
     def _figure(self, pred: torch.Tensor, y: torch.Tensor, leads: list[int]) -> None:
         from lit_iclr.core.figures import log_figure
