@@ -102,22 +102,50 @@ def test_a_broken_textworld_game_json_is_one_line_naming_it(data_dir, tmp_path, 
 
 def test_real_configs_parse(capsys):
     out = print_config("configs/evotest.yaml", capsys)
-    assert "lit_iclr.evotest.EvoTest" in out and "JTTLGames" in out and "exploration_constant: null" in out and "exploration_fraction: 0.03" in out
+    assert "lit_iclr.evotest.EvoTest" in out and "JTTLGames" in out and "exploration_constant: null" in out
+    assert "exploration_fraction: 0.03" in out and "- reflection" in out
     assert "game_file" not in out  # linked from the data
     assert "actor: lm" in print_config("configs/evotest_lm.yaml", capsys)
 
 
-def test_tiny_twin_fits_through_the_cli(data_dir, tmp_path):
+def test_tiny_twin_fits_through_the_cli(data_dir, tmp_path, capsys):
     run = tmp_path / "run"
     fit_twin("evotest", run, "--data.init_args.data_dir", str(data_dir))
     summary = json.loads((run / "jttl_summary.json").read_text())
     assert len(summary["curve"]) == 4 and summary["max_score"] >= 1
     assert summary["auc"] == pytest.approx(sum(summary["curve"]) / (4 * summary["max_score"]))
+    # the baselines played the same 4 episodes; the summary's headline table shows EvoTest's AUC against each
+    out = capsys.readouterr().out.split("lit-iclr: fit done")[-1]
+    rows = {line.split("|")[0].strip(): line.split("|")[1].strip() for line in out.splitlines() if "|" in line}
+    assert set(summary["baselines"]) == {"static", "memory", "qlearning"}
+    for b, s in summary["baselines"].items():
+        assert len(s["curve"]) == 4 and s["auc"] == pytest.approx(sum(s["curve"]) / (4 * summary["max_score"]))
+        assert float(rows[b]) == pytest.approx(s["auc"], abs=5e-4)
+    assert float(rows["evotest"]) == pytest.approx(summary["auc"], abs=5e-4)
+    # the tiny run learned: EvoTest's AUC beats the static agent's on the same episodes
+    assert summary["auc"] > summary["baselines"]["static"]["auc"]
+    assert "evotest is ahead of static" in out and "jttl/extractor_timeouts = 0" in out
     rows = metric_rows(run)
     assert [float(r["train/score"]) for r in rows if r.get("train/score")] == summary["curve"]
     assert (run / "checkpoints" / "last.ckpt").exists() and list((run / "figures").glob("jttl_learning_curve*.png"))
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 4 and len(ckpt["evotest"]["agent"]["tree"]["nodes"]) >= 2
+
+
+def test_baselines_are_the_same_episodes_as_their_own_runs_and_leave_the_agent_unchanged(data_dir, tmp_path):
+    """Played beside the agent, a baseline's curve equals the curve of a run with that agent alone (same game, start
+    and per-episode seeds: paired), and the agent's own curve does not depend on the baselines played beside it."""
+    extra = ["--data.init_args.data_dir", str(data_dir), "--data.init_args.step_limit", "10",
+             "--model.init_args.plot", "false"]
+    fit_twin("evotest", tmp_path / "both", *extra)
+    fit_twin("evotest", tmp_path / "alone", *extra, "--model.init_args.baselines", "[]")
+    fit_twin("evotest", tmp_path / "memory", *extra, "--model.init_args.agent", "memory",
+             "--model.init_args.baselines", "[]")
+    both, alone, memory = (json.loads((tmp_path / r / "jttl_summary.json").read_text())
+                           for r in ("both", "alone", "memory"))
+    assert both["curve"] == alone["curve"] and alone["baselines"] == {}
+    assert both["baselines"]["memory"]["curve"] == memory["curve"]
+    assert both["baselines"]["memory"]["wins"] == memory["wins"] and memory["agent"] == "memory"
 
 
 @pytest.mark.slow  # three CLI fits
