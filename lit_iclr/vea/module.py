@@ -1,6 +1,8 @@
 """LightningModule: trains the compact VLM on evidence VQA (fit), then runs the paper's analysis and VEA (test).
 
-fit:  cross-entropy of the answer read at the last (ANSWER) position; val/acc.
+fit:  cross-entropy of the answer read at the last (ANSWER) position; val/acc. Every validation also runs VEA on the
+      val split itself, split in two: the layers are profiled on its even batches and the plain answer, VEA and its
+      controls are scored on its odd batches (val/acc/<variant>), so `fit` ends with VEA against plain decoding.
 test: layer profiling on the calibration split (the DataModule's val loader, once, stored in the `layer_auroc` buffer so
       the checkpoint carries it), then on the test split: per-layer RAPT image share, evidence AUROC/NDCG, the
       seeing-but-not-believing rate, and the accuracy of the plain answer, VEA and its controls (random layers, shallow
@@ -15,6 +17,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_iclr.core import BaseModule
+from lit_iclr.core.summary import Headline
 
 from . import analysis, pretrain
 from .model import CompactVLM
@@ -101,10 +104,35 @@ class VEAModule(BaseModule):
         self.log_train({"train/loss": loss.detach(), "train/acc": acc}, prog_bar=["train/loss"])
         return loss
 
+    # ---- validation: plain accuracy on the whole split, VEA on its odd batches with layers profiled on its even ones ----
+    def on_validation_epoch_start(self):
+        self._val_calib, self._val_eval = [], []
+
     def validation_step(self, batch, batch_idx):
-        out = self.vlm(batch["x"], batch["q"])
-        self.log("val/acc", analysis.correct(out.logits, batch["gold"]).float().mean(), prog_bar=True,
-                 batch_size=len(batch["x"]))
+        first = analysis.attention_batch(self.vlm, batch, self.image_size, self.cfg.min_overlap)
+        self.log("val/acc", first["correct"].float().mean(), prog_bar=True, batch_size=len(batch["x"]))
+        if self.trainer.sanity_checking:
+            return
+        if batch_idx % 2 == 0:  # calibration half: only the per-question layer AUROCs are kept
+            self._val_calib.append(first["auroc"].cpu())
+        else:  # evaluation half: the batch is re-answered at epoch end, once the layers are profiled
+            self._val_eval.append((batch, first))
+
+    def on_validation_epoch_end(self):
+        if self.trainer.sanity_checking or not self._val_calib or not self._val_eval:
+            return  # VEA needs both halves (a single validation batch has no evaluation half)
+        layer_auroc = torch.cat(self._val_calib).nanmean(0)
+        gen = torch.Generator().manual_seed(self.hparams.control_seed)
+        firsts, variants = [], []
+        for batch, first in self._val_eval:
+            variants.append({k: v.cpu() for k, v in
+                             analysis.intervene(self.vlm, batch, first, layer_auroc, self.cfg, self.image_size, gen).items()})
+            firsts.append({k: v.cpu() for k, v in first.items() if k != "logits"})
+        res = analysis.summarize(firsts, variants, {"auroc": layer_auroc})
+        for k in ("sbnb_rate", "hit_rate_correct", *(f"acc/{v}" for v in self.cfg.variants)):
+            self.log(f"val/{k}", res[k])
+        self.log("val/vea_questions", float(sum(len(f["correct"]) for f in firsts)))
+        self._val_calib, self._val_eval = [], []
 
     def configure_optimizers(self):
         opt = self.optimizer([p for p in self.parameters() if p.requires_grad])
@@ -134,6 +162,7 @@ class VEAModule(BaseModule):
     def on_test_epoch_end(self):
         res = analysis.summarize(self._firsts, self._variants, self._calib)
         res["layers"] = analysis.vea.choose_layers(self.layer_auroc.cpu(), self.cfg.num_layers, "profiled")
+        res["vea_questions"] = float(sum(len(f["correct"]) for f in self._firsts))
         self.test_results = res
         for k, v in res.items():
             if isinstance(v, float):
@@ -147,6 +176,18 @@ class VEAModule(BaseModule):
 
         log_figure(self, "test/layers", layer_figure(res))
         self._firsts, self._variants = [], []
+
+    def headline(self) -> Headline:
+        names = {"vea_random_layers": "VEA, random layers", "vea_shallow_layers": "VEA, shallow layers",
+                 "vea_random_mask": "random mask", "crop": "attention crop-and-zoom", "assembly": "AGLA-style assembly",
+                 "oracle_mask": "annotated-evidence mask (upper bound)"}
+        baselines = {"plain decoding": "{stage}/acc/plain"}
+        baselines.update({names[v]: f"{{stage}}/acc/{v}" for v in self.cfg.variants if v in names})
+        return Headline(
+            metric="{stage}/acc/vea", higher_is_better=True, method="VEA", baselines=baselines,
+            claim="masking the image to the profiled layers' evidence raises accuracy over plain decoding (val: layers "
+                  "profiled on the even val batches, scored on the odd ones; test: profiled on val, scored on test)",
+            extra=("{stage}/sbnb_rate", "{stage}/hit_rate_correct", "{stage}/vea_questions"))
 
     def summary_metrics(self):
         return ["{stage}/acc", "{stage}/acc/*", "{stage}/sbnb_rate", "{stage}/hit_rate_correct"]

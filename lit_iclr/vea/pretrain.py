@@ -6,13 +6,13 @@ scenes drawn by the evidence-VQA generator (`data.draw_scene`) from Fashion-MNIS
 items, every patch token labelled with the class of the item covering at least half of it, or EMPTY; a linear head on
 each token, cross-entropy over tokens. The projector and decoder then learn the VQA task on top (optionally with the
 tower frozen, LLaVA's recipe). Weights are cached per (tower architecture, pretraining settings, seed) so seeds, reruns
-and resumed runs pretrain once; the result depends only on those (the tower is re-initialised from the seed).
+and resumed runs pretrain once; the result depends only on those (the tower is re-initialised from the seed). The cache
+is a generated dataset like any other (`core.data.ensure_generated`, folder `vision-v<version>-<hash>`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_iclr.core.data import ensure_generated
 from lit_iclr.core.errors import CheckpointError
 from lit_iclr.core.idx import FASHION_MNIST_CLASSES, FASHION_MNIST_DIR, load_fashion_mnist
 
@@ -103,24 +104,33 @@ def cache_key(vision: nn.Module, **settings) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
+def cache_path(vision: nn.Module, cache_dir: str | Path, image_size: int, grid: int, steps: int, seed: int = 0,
+               **kw) -> Path:
+    """The cached tower's folder: `<cache_dir>/vision-v<version>-<key>/tower.pt`, keyed like a generated dataset (the
+    version in the name, a hash of the architecture and every pretraining setting), so two configs never share one."""
+    settings = {"image_size": image_size, "grid": grid, "steps": steps, "seed": seed, **kw}
+    return Path(cache_dir) / f"vision-v{CACHE_VERSION}-{cache_key(vision, **settings)}"
+
+
 def pretrained_vision(vision: nn.Module, cache_dir: str | Path | None, image_size: int, grid: int, steps: int,
                       seed: int = 0, **kw) -> dict[str, float]:
-    """`pretrain_vision`, or its cached result: loads `<cache_dir>/vision-<key>.pt` when present, else trains and writes
-    it (temporary file renamed when complete, so an interrupted run leaves no partial cache)."""
-    settings = {"image_size": image_size, "grid": grid, "steps": steps, "seed": seed, **kw}
-    path = Path(cache_dir) / f"vision-{cache_key(vision, **settings)}.pt" if cache_dir is not None else None
-    if path is not None and path.exists():
-        try:
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-            vision.load_state_dict(saved["state_dict"])
-        except Exception as e:  # a corrupt or foreign file
-            raise CheckpointError(path, f"cached vision weights unreadable ({e.__class__.__name__})",
-                                  "delete the file; it is re-made by the next fit") from e
-        return {"item_acc": float(saved["item_acc"])}
-    result = pretrain_vision(vision, image_size, grid, steps, seed, **kw)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save({"state_dict": vision.state_dict(), "item_acc": result["item_acc"]}, tmp)
-        os.replace(tmp, path)
-    return result
+    """`pretrain_vision`, or its cached result. The pretrained tower is data: generated once by `ensure_generated`
+    (written into a temporary folder renamed when complete, so an interrupted run leaves no partial cache; the training's
+    random stream is left as it was), then loaded with `weights_only=True` by every later fit, seed or resume."""
+    if cache_dir is None:
+        return pretrain_vision(vision, image_size, grid, steps, seed, **kw)
+    folder = cache_path(vision, cache_dir, image_size, grid, steps, seed, **kw)
+
+    def generate(out: Path) -> None:
+        result = pretrain_vision(vision, image_size, grid, steps, seed, **kw)
+        torch.save({"state_dict": vision.state_dict(), "item_acc": result["item_acc"]}, out / "tower.pt")
+
+    ensure_generated(folder, generate)
+    path = folder / "tower.pt"
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        vision.load_state_dict(saved["state_dict"])
+    except Exception as e:  # a corrupt or foreign file
+        raise CheckpointError(path, f"cached vision weights unreadable ({e.__class__.__name__})",
+                              f"delete the folder {folder}; it is re-made by the next fit") from e
+    return {"item_acc": float(saved["item_acc"])}

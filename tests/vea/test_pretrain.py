@@ -60,7 +60,7 @@ def test_pretraining_learns_to_recognise_items_and_leaves_global_rng_alone():
 def test_cache_returns_the_same_weights_without_retraining(tmp_path, monkeypatch):
     a = CompactVLM(10, 64, image_size=32, patch_size=16, vision_dim=16, dim=16, depth=1)
     first = pretrain.pretrained_vision(a.vision, tmp_path, 32, 2, steps=3, seed=1, batch_size=8)
-    assert len(list(tmp_path.glob("vision-*.pt"))) == 1 and not list(tmp_path.glob("*.tmp*"))
+    assert len(list(tmp_path.glob("vision-v*-*/tower.pt"))) == 1 and not list(tmp_path.glob(".*tmp*"))
 
     def fail(*args, **kwargs):
         raise AssertionError("retrained although cached")
