@@ -282,6 +282,16 @@ class MoSA(BaseModule):
                 self.log(f"{stage}/{key}{tag}", res[key], batch_size=n)
         self.log(f"{stage}/jerk_px_true_motion", joint_jerk(batch["keypoints2d"][a]), batch_size=n)
 
+    def on_train_epoch_start(self) -> None:
+        """The run always ends with a validation (the headline's KID): a last epoch that `check_val_every_n_epoch`
+        would skip (e.g. max_epochs 1 under the default 5, as the fast overlay runs) validates anyway."""
+        t = self.trainer
+        steps_left = t.max_steps - t.global_step if t.max_steps and t.max_steps > 0 else None
+        last = (t.max_epochs is not None and t.current_epoch == t.max_epochs - 1) or (
+            steps_left is not None and steps_left <= t.num_training_batches)
+        if last and t.check_val_every_n_epoch is not None:
+            t.check_val_every_n_epoch = 1
+
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking:
             self.log_eval_videos("val")

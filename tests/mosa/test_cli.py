@@ -33,3 +33,13 @@ def test_real_configs_parse(capsys, config, scene):
 def test_control_without_structure_is_a_config_error():
     with pytest.raises(ConfigError, match="control"):
         MoSA(structure="none", control="concat")
+
+
+def test_a_last_epoch_skipped_by_check_val_every_n_epoch_still_validates_with_kid(tmp_path):
+    # the fast overlay's shape: one epoch under the real config's check_val_every_n_epoch; the run must end with the
+    # headline's KID (and its real-clip floor) from the validation batches it ran
+    fit_twin("mosa", tmp_path, "--trainer.check_val_every_n_epoch", "5")
+    rows = metric_rows(tmp_path)
+    kid = [float(r["val/kid"]) for r in rows if r.get("val/kid")]
+    floor = [float(r["val/kid_real"]) for r in rows if r.get("val/kid_real")]
+    assert len(kid) == 1 and len(floor) == 1 and kid[0] == kid[0]
