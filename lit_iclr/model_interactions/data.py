@@ -74,16 +74,20 @@ def _draw(src: torch.Tensor, m: int, g: torch.Generator) -> torch.Tensor:
 
 
 class MixDataset(Dataset):
-    """Item i: the i-th training block of every entity, (K, T)."""
+    """Item i: the i-th training block of every entity, (K, T); with `isolation`, also the i-th block of the isolation
+    arm's real-only mix of the same generation (`input_ids_isolation`)."""
 
-    def __init__(self, ids: torch.Tensor):
-        self.ids = ids  # (K, n, T)
+    def __init__(self, ids: torch.Tensor, isolation: torch.Tensor | None = None):
+        self.ids, self.isolation = ids, isolation  # (K, n, T) each
 
     def __len__(self) -> int:
         return self.ids.shape[1]
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[:, i]}
+        item = {"input_ids": self.ids[:, i]}
+        if self.isolation is not None:
+            item["input_ids_isolation"] = self.isolation[:, i]
+        return item
 
 
 class EvalDataset(Dataset):
@@ -103,13 +107,14 @@ class InteractionData(BaseDataModule):
     default_name = "model_interactions-wikipedia"
     default_version = 1
     # `max_positions` (not `seq_len`, which other DataModules also have) so the link can never reach another method's model
-    model_links = {"vocab_size": "vocab_size", "num_entities": "num_entities", "max_positions": "max_positions"}
+    model_links = {"vocab_size": "vocab_size", "num_entities": "num_entities", "max_positions": "max_positions",
+                   "isolation_arm": "isolation_arm"}
 
     def __init__(self, root: str | None = None, data_dir: str = "data", batch_size: int = 16, num_workers: int = 0,
                  topics: list[str] = ("Mathematics", "History"), public_topics: list[str] = ("Geography",),
                  alpha: float = 0.5, beta: float = 0.5, sequences_per_generation: int = 512, seq_len: int = 64,
                  vocab_size: int = 512, eval_sequences: int = 32, pool_dir: str | None = None, seed: int = 0,
-                 pool_sources: str = "all"):
+                 pool_sources: str = "all", isolation_arm: bool = True):
         """
         Args:
             root: Folder with {train,validation}.jsonl documents (title, text, topic); null: offline Wikipedia leads.
@@ -129,6 +134,9 @@ class InteractionData(BaseDataModule):
             pool_sources: "all": the scraped share comes equally from every model (interaction, the method); "own":
                 the same share comes from entity k's own model only (self-consumption control: same alpha, same amount
                 of synthetic data, no exposure to the other entities).
+            isolation_arm: Also train, in the same job, the isolation baseline (the paper's comparison): K more models
+                from the same initial weights, on real data only (alpha = 0 at the same beta, the same draws a separate
+                alpha = 0 run makes), same steps and batch size; its metrics are logged as `val/<metric>/isolation`.
         """
         super().__init__(root, data_dir, batch_size, num_workers)
         topics, public_topics = list(topics), list(public_topics)
@@ -145,6 +153,7 @@ class InteractionData(BaseDataModule):
         self.vocab_size, self.eval_sequences = vocab_size, eval_sequences
         self.pool_dir, self.seed, self.pool_sources = pool_dir, seed, pool_sources
         self.num_entities = len(topics)
+        self.isolation_arm = bool(isolation_arm)
         self.tokenizer = None
 
     # ------------------------------------------------------------------------------------------------ default data
@@ -200,10 +209,11 @@ class InteractionData(BaseDataModule):
         root = Path(self.pool_dir) if self.pool_dir else Path(self.trainer.default_root_dir if self.trainer else ".") / "pool"
         return root if generation is None else root / f"gen_{generation}.jsonl"
 
-    def mix(self, generation: int) -> torch.Tensor:
-        """Training blocks (K, n, T) of every entity for `generation`: counts (private, public, synthetic per model)."""
+    def mix(self, generation: int, alpha: float | None = None) -> torch.Tensor:
+        """Training blocks (K, n, T) of every entity for `generation`: counts (private, public, synthetic per model).
+        `alpha` overrides the configured share (0: the isolation arm's real-only mix)."""
         K, n = self.num_entities, self.sequences_per_generation
-        alpha = self.alpha if generation > 0 else 0.0
+        alpha = (self.alpha if alpha is None else alpha) if generation > 0 else 0.0
         n_priv, n_pub, n_syn = counts(n, alpha, self.beta, K)
         synthetic = []
         if n_syn:
@@ -233,7 +243,8 @@ class InteractionData(BaseDataModule):
             if strategy.broadcast(not path.exists()) and self.trainer.is_global_zero:
                 self.trainer.lightning_module.publish(generation - 1, path)
             strategy.barrier("model_interactions.pool")
-        return ResumableDataLoader(MixDataset(self.mix(generation)), batch_size=self.batch_size, shuffle=True,
+        isolation = self.mix(generation, alpha=0.0) if self.isolation_arm else None
+        return ResumableDataLoader(MixDataset(self.mix(generation), isolation), batch_size=self.batch_size, shuffle=True,
                                    seed=self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self):

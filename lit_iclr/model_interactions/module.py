@@ -8,6 +8,7 @@ next-token distributions on shared prompts and the linear CKA of their represent
 """
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from torch import nn
 
 from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.module import BaseModule
+from lit_iclr.core.summary import Headline
 
 from .data import write_pool
 from .homogenisation import pairwise_cka, pairwise_js
@@ -27,7 +29,7 @@ class InteractionLM(BaseModule):
     def __init__(self, vocab_size: int, num_entities: int = 2, max_positions: int = 64, d_model: int = 64,
                  num_layers: int = 2, num_heads: int = 4, optimizer: OptimizerCallable = torch.optim.AdamW,
                  synthetic_sequences: int = 128, temperature: float = 1.0, seed: int = 0,
-                 hf_models: list[str] | None = None):
+                 hf_models: list[str] | None = None, isolation_arm: bool = False):
         """
         Args:
             vocab_size: Tokenizer size (linked from the data).
@@ -43,6 +45,8 @@ class InteractionLM(BaseModule):
             hf_models: One Hugging Face model folder per entity (the paper's OPT-350M and Llama-3.2-1B) instead of the
                 tiny LMs (d_model, num_layers, num_heads unused); a folder with only config.json builds the architecture
                 on the meta device (`cli.py plan`). Token ids must lie below every model's vocabulary.
+            isolation_arm: Linked from the data: also train K isolation models (copies of the initial weights, real
+                data only, batch key `input_ids_isolation`), the baseline of the run's headline.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -55,6 +59,8 @@ class InteractionLM(BaseModule):
         else:
             self.models = nn.ModuleList(TinyLM(vocab_size, max_positions, d_model, num_layers, num_heads)
                                         for _ in range(num_entities))
+        # the isolation baseline: the same initial weights (paired), trained on the real-only mix in the same steps
+        self.isolated = copy.deepcopy(self.models) if isolation_arm and hf_models is None else None
         self.history: list[dict] = []
         self._val: dict = {}
 
@@ -71,45 +77,81 @@ class InteractionLM(BaseModule):
     def training_step(self, batch, batch_idx):
         ids = batch["input_ids"]  # (B, K, T): entity k's own mix
         losses = torch.stack([self.token_nll(m, ids[:, k])[0].mean() for k, m in enumerate(self.models)])
-        self.log_train({"train/loss": losses.mean(), **{f"train/loss_{k}": v for k, v in enumerate(losses)}},
-                       prog_bar=["train/loss"])
-        return losses.sum()
+        logs = {"train/loss": losses.mean(), **{f"train/loss_{k}": v for k, v in enumerate(losses)}}
+        total = losses.sum()
+        if self.isolated is not None:  # the models share no parameters: each arm's gradients are its own
+            iso = batch["input_ids_isolation"]
+            iso_losses = torch.stack([self.token_nll(m, iso[:, k])[0].mean() for k, m in enumerate(self.isolated)])
+            logs["train/loss/isolation"] = iso_losses.mean()
+            total = total + iso_losses.sum()
+        self.log_train(logs, prog_bar=["train/loss"])
+        return total
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        """Clip each arm's gradients on their own, so the isolation arm's updates are those of a separate alpha = 0 run
+        (one global norm over both arms would couple them)."""
+        if self.isolated is None or not gradient_clip_val:
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        for arm in (self.models, self.isolated):
+            params = [p for p in arm.parameters() if p.grad is not None]
+            if gradient_clip_algorithm == "value":
+                nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                nn.utils.clip_grad_norm_(params, gradient_clip_val)
+
+    def headline(self) -> Headline:
+        return Headline(
+            metric="{stage}/cross_ppl", higher_is_better=False, method="interaction (shared pool)",
+            baselines={"isolation (real data only, same steps)": "{stage}/cross_ppl/isolation"},
+            claim="models that scrape each other's outputs see the other entity's topic: lower perplexity on it than "
+                  "models trained in isolation (at a cost on their own topic, and more alike: lower JS)",
+            extra=("{stage}/own_ppl", "{stage}/own_ppl/isolation", "{stage}/js", "{stage}/js/isolation"))
 
     # ------------------------------------------------------------------------------------------------ evaluation
+    def _arms(self) -> dict[str, nn.ModuleList]:
+        """Logged-key suffix -> the arm's K models: the interacting models and, when built, the isolation arm."""
+        return {"": self.models, **({"/isolation": self.isolated} if self.isolated is not None else {})}
+
     def on_validation_epoch_start(self):
         K = len(self.models)
-        self._val = {"nll": torch.zeros(K, K + 1), "count": torch.zeros(K + 1), "js": [], "reps": [[] for _ in range(K)]}
+        self._val = {arm: {"nll": torch.zeros(K, K + 1), "count": torch.zeros(K + 1), "js": [], "reps": [[] for _ in range(K)]}
+                     for arm in self._arms()}
 
     def validation_step(self, batch, batch_idx):
         ids, task = batch["input_ids"], batch["task"]
         K = len(self.models)
         onehot = nn.functional.one_hot(task, K + 1).float()  # (B, K+1): sums per topic without a loop over topics
-        logits = []
-        for k, m in enumerate(self.models):
-            h = m.hidden(ids)
-            lg = m.head(h)
-            nll = nn.functional.cross_entropy(lg[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none").mean(1)
-            self._val["nll"][k] += (onehot.T @ nll).cpu()
-            self._val["reps"][k].append(h.mean(1).cpu())
-            logits.append(lg)
-        self._val["count"] += onehot.sum(0).cpu()
-        self._val["js"].append(pairwise_js(torch.stack(logits)).cpu() * len(ids))
+        for arm, models in self._arms().items():
+            acc, logits = self._val[arm], []
+            for k, m in enumerate(models):
+                h = m.hidden(ids)
+                lg = m.head(h)
+                nll = nn.functional.cross_entropy(lg[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none").mean(1)
+                acc["nll"][k] += (onehot.T @ nll).cpu()
+                acc["reps"][k].append(h.mean(1).cpu())
+                logits.append(lg)
+            acc["count"] += onehot.sum(0).cpu()
+            acc["js"].append(pairwise_js(torch.stack(logits)).cpu() * len(ids))
+
+    def _row(self, acc: dict) -> dict:
+        K = len(self.models)
+        ppl = torch.exp(acc["nll"][:, :K] / acc["count"][:K])  # ppl[k, j]: model k on topic j
+        eye = torch.eye(K, dtype=torch.bool)
+        return {"own_ppl": float(ppl[eye].mean()), "cross_ppl": float(ppl[~eye].mean()) if K > 1 else float("nan"),
+                "public_ppl": float(torch.exp(acc["nll"][:, K] / acc["count"][K]).mean()),
+                "js": float(torch.stack(acc["js"]).sum() / acc["count"].sum()),
+                "cka": float(pairwise_cka(torch.stack([torch.cat(r) for r in acc["reps"]]))), "ppl": ppl.tolist()}
 
     def on_validation_epoch_end(self):
         if self.trainer.sanity_checking:
             return
-        K = len(self.models)
-        ppl = torch.exp(self._val["nll"][:, :K] / self._val["count"][:K])  # ppl[k, j]: model k on topic j
-        eye = torch.eye(K, dtype=torch.bool)
-        row = {"generation": int(self.current_epoch), "own_ppl": float(ppl[eye].mean()),
-               "cross_ppl": float(ppl[~eye].mean()) if K > 1 else float("nan"),
-               "public_ppl": float(torch.exp(self._val["nll"][:, K] / self._val["count"][K]).mean()),
-               "js": float(torch.stack(self._val["js"]).sum() / self._val["count"].sum()),
-               "cka": float(pairwise_cka(torch.stack([torch.cat(r) for r in self._val["reps"]]))),
-               "ppl": ppl.tolist()}
+        row = {"generation": int(self.current_epoch), **self._row(self._val[""])}
+        if "/isolation" in self._val:
+            row["isolation"] = self._row(self._val["/isolation"])
         self.history.append(row)
-        for key in ("own_ppl", "cross_ppl", "public_ppl", "js", "cka"):
-            self.log(f"val/{key}", row[key], batch_size=1)
+        for arm, values in (("", row), ("/isolation", row.get("isolation"))):
+            for key in ("own_ppl", "cross_ppl", "public_ppl", "js", "cka") if values else ():
+                self.log(f"val/{key}{arm}", values[key], batch_size=1)
         # `trainer.log_dir` is a broadcast from rank 0 under DDP: every rank reads it. (Read only on rank 0, after
         # `is_global_zero and ...`, it left rank 0 waiting in that broadcast for good after the first generation.)
         log_dir = self.trainer.log_dir

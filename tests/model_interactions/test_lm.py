@@ -121,6 +121,26 @@ def test_twin_fits_publishes_and_resumes(tmp_path):
         torch.testing.assert_close(a[key], b[key])
 
 
+def test_isolation_arm_equals_a_separate_real_only_run(tmp_path, capsys):
+    """The headline's baseline, computed in the run, against an independent run: alpha = 0, no isolation arm."""
+    both = _fit(tmp_path, "both")
+    assert "headline: val/cross_ppl" in capsys.readouterr().out
+    alone = _fit(tmp_path, "alone", "--data.init_args.alpha", "0.0", "--data.init_args.isolation_arm", "false")
+    hist = [json.loads(x) for x in next(both.rglob("interactions.jsonl")).read_text().splitlines()]
+    ref = [json.loads(x) for x in next(alone.rglob("interactions.jsonl")).read_text().splitlines()]
+    assert len(hist) == len(ref) == 3 and all("isolation" not in r for r in ref)
+    for h, r in zip(hist, ref, strict=True):
+        for key in ("own_ppl", "cross_ppl", "public_ppl", "js"):
+            assert abs(h["isolation"][key] - r[key]) <= 1e-4 * abs(r[key]), (h["generation"], key)
+    # and the interacting arm is not the isolation arm (alpha 0.5 reads the pool from generation 1 on)
+    assert hist[0]["cross_ppl"] == pytest.approx(hist[0]["isolation"]["cross_ppl"], rel=1e-5)
+    assert abs(hist[2]["cross_ppl"] - hist[2]["isolation"]["cross_ppl"]) > 1e-3
+    a = torch.load(both / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    b = torch.load(alone / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    for key in b:
+        torch.testing.assert_close(a[key.replace("models.", "isolated.", 1)], b[key], rtol=1e-4, atol=1e-5)
+
+
 def test_real_config_parses(capsys):
     out = print_config("configs/model_interactions.yaml", capsys)
     assert "InteractionLM" in out and "alpha: 0.5" in out
