@@ -185,3 +185,50 @@ def test_missing_root_game_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="game must be one of"):
         JTTLGames(game="zork1.z5")
     assert Path(JTTLGames(root=str(tmp_path), game="zork1.z5").game_file) == tmp_path / "zork1.z5"
+
+
+def test_api_evolver_runs_end_to_end_against_a_local_openai_compatible_server(data_dir, tmp_path, monkeypatch):
+    """`evolver: api` with `api_base_url` at a fake chat endpoint on localhost: every evolution is one POST to
+    /chat/completions carrying the key, and the reply's PROMPT and <code> become the child's guide and extractor."""
+    import http.server
+    import threading
+
+    code = "def extract_state(history):\n    return 'api-state'\n"
+    reply = f"PROMPT: go east first, then take what you find.\n<code>\n{code}</code>"
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers["Authorization"], body))
+            out = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("LIT_ICLR_FAKE_KEY", "sk-test")
+    try:
+        run = tmp_path / "run"
+        fit_twin("evotest", run, "--data.init_args.data_dir", str(data_dir), "--data.init_args.episodes", "3",
+                       "--data.init_args.step_limit", "8", "--model.init_args.evolver", "api",
+                       "--model.init_args.api_model", "fake-model", "--model.init_args.api_key_env", "LIT_ICLR_FAKE_KEY",
+                       "--model.init_args.api_base_url", f"http://127.0.0.1:{server.server_port}/v1",
+                       "--model.init_args.baselines", "[]", "--model.init_args.plot", "false")
+    finally:
+        server.shutdown()
+    summary = json.loads((run / "jttl_summary.json").read_text())
+    nodes = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["evotest"]["agent"]["tree"]["nodes"]
+    evolved = [n for n in nodes if n["parent"] is not None]
+    assert len(summary["curve"]) == 3 and len(seen) == len(evolved) >= 1  # one request per evolved node
+    assert all(p == "/v1/chat/completions" and auth == "Bearer sk-test" and b["model"] == "fake-model"
+               for p, auth, b in seen)
+    assert all(n["config"]["prompt"] == "go east first, then take what you find." for n in evolved)
+    # the code is taken once it loads and answers in the sandbox (1 s limit, so a validation may time out under load)
+    assert any(n["config"]["extractor"] == code.strip() for n in evolved)
