@@ -56,6 +56,26 @@ def test_fit_then_test_with_pruning_slices_the_model(tmp_path):
     assert float(metrics["test/acc"]) == pytest.approx(correct / total, abs=1e-6)
 
 
+def test_every_test_of_an_unpruned_model_scores_aire_and_its_baselines_at_the_headline_ratio(tmp_path, capsys):
+    cli, ckpt = _fit("aire_prune.yaml", tmp_path, "fit")
+    assert "val/pruned_acc/aire" in cli.trainer.logged_metrics  # the fit's own validation scores the pruned copies
+    test = main(["test", "--config", str(ROOT / "tests/configs/aire_prune.yaml"), "--ckpt_path", str(ckpt),
+                 "--trainer.default_root_dir", str(tmp_path / "test")])
+    metrics = test.trainer.callback_metrics
+    assert test.model.model.state_counts() == cli.model.model.state_counts()  # the model itself stays whole
+    module = AIREPruneClassifier.load_from_checkpoint(ckpt, weights_only=False)
+    batches = [b for _, b in zip(range(3), test.datamodule.test_dataloader(), strict=False)]  # limit_test_batches
+    total = sum(len(b["y"]) for b in batches)
+    for method in ("aire", "last", "modal", "random"):
+        smaller, plan = aire.prune(module.model, 0.7, method)
+        assert plan.pruned_fraction > 0.5
+        with torch.no_grad():
+            correct = sum(int((smaller.eval()(b["x"]).argmax(-1) == b["y"]).sum()) for b in batches)
+        assert float(metrics[f"test/pruned_acc/{method}"]) == pytest.approx(correct / total, abs=1e-6), method
+    out = capsys.readouterr().out
+    assert "headline: test/pruned_acc/aire" in out and "LAST at 70%" in out and "unpruned" in out
+
+
 def test_prune_checkpoint_writes_a_smaller_model_that_reloads(tmp_path):
     cli, ckpt = _fit("aire_prune_listops.yaml", tmp_path, "fit")
     out = tmp_path / "pruned"
