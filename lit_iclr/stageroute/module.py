@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
@@ -99,8 +100,15 @@ class StageRoute(BaseModule):
         return float(self.rates[t - 1]) - float(s.reward) if t > 0 else 0.0
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        rows = batch.cpu().numpy()
         s = self.state()
+        # The stream has a horizon of T queries (V_B and the pacing are defined on it): a run longer than one pass
+        # (more epochs, or a partial epoch repeated) serves up to T queries and then ends the fit.
+        rows = batch.cpu().numpy()[:max(len(self.rates) - int(s.t), 0)]
+        if len(rows) == 0:
+            if not self.trainer.should_stop:
+                rank_zero_info(f"StageRoute: the horizon's {len(self.rates)} queries are served; the fit ends here")
+            self.trainer.should_stop = True
+            return
         self.router.serve(s, rows)
         for p, router in self.baseline_routers.items():
             router.serve(self.state(p), rows)

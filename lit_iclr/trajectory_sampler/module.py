@@ -86,11 +86,21 @@ class LandscapePredictor(BaseModule):
         self._ladder.append((int(self.global_step), state))
 
     def on_train_start(self) -> None:
-        total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 else None
-        total = min(total, int(self.trainer.estimated_stepping_batches)) if total else int(
-            self.trainer.estimated_stepping_batches)
+        # estimated_stepping_batches already holds max_steps; reading max_steps itself would size a run stopped by
+        # max_steps (and resumed) differently from the same run unstopped
+        total = int(self.trainer.estimated_stepping_batches)
         self._every = max(1, -(-total // max(1, self.hparams.sampler_checkpoints)))  # ceil: K stages span the run
-        self._ladder = []
+        if self.global_step == 0:  # a resumed fit keeps the ladder its checkpoint brought back
+            self._ladder = []
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # the snapshots taken so far: a fit resumed after a stop anneals over the same ladder as one never stopped
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["sampler_ladder"] = [{"step": step, "state": state} for step, state in self._ladder]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._ladder = [(int(e["step"]), e["state"]) for e in checkpoint.get("sampler_ladder", [])]
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         if self.hparams.compare_samplers and self.global_step % self._every == 0 \
@@ -166,6 +176,13 @@ class ImageClassifier(BaseModule):
         logits = self(batch["x"])
         self.log("val/ce", F.cross_entropy(logits, batch["y"]))
         self.log("val/acc", (logits.argmax(-1) == batch["y"]).float().mean(), prog_bar=True)
+
+    def headline(self) -> Headline:
+        # this fit only trains the predictor; the method's comparison (trajectory annealing vs single-model samplers)
+        # is the `predict` run of configs/trajectory_sampler_counterfactual_sample.yaml over this run's checkpoints
+        return Headline(metric="{stage}/acc", higher_is_better=True, method="predictor",
+                        claim="accuracy of the classifier whose saved training checkpoints the counterfactual "
+                              "sampler anneals across (next: predict with trajectory_sampler_counterfactual_sample)")
 
     def configure_optimizers(self):
         return self.optimizer(self.parameters())
