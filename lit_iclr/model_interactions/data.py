@@ -202,7 +202,13 @@ class InteractionData(BaseDataModule):
             b = blocks(stream(self.tokenizer, texts), T)[: self.eval_sequences]
             ev.append(b)
             task.append(torch.full((len(b),), k))
-        self.eval_ids, self.eval_task = torch.cat(ev), torch.cat(task)
+        ids, task = torch.cat(ev), torch.cat(task)
+        # interleaved by topic (block 0 of every topic, then block 1, ...): any prefix, e.g. `limit_val_batches: 2` of
+        # a smoke run, holds every topic, so own / cross perplexity are defined; the full set's metrics do not depend on
+        # the order
+        rank = torch.cat([torch.arange(len(b)) for b in ev])
+        order = torch.argsort(rank * (len(ev) + 1) + task, stable=True)
+        self.eval_ids, self.eval_task = ids[order], task[order]
 
     # ------------------------------------------------------------------------------------------------ the pool
     def pool_path(self, generation: int | None = None) -> Path:
