@@ -88,7 +88,7 @@ def headline_lines(metrics: Mapping[str, float], head: Headline, stage: str) -> 
         return lines
     mine = float(metrics[key])
     rows: list[tuple[str, str, str, str]] = [(head.method, _fmt(mine), "", "")]
-    ahead, behind = [], []
+    ahead, behind, level = [], [], []
     others = [(name, k.format(stage=stage), None) for name, k in head.baselines.items()]
     others += [(f"{name} (card)", None, cv) for name, cv in head.card.items() if cv.stage in (None, stage)]
     for name, k, card in others:
@@ -98,18 +98,20 @@ def headline_lines(metrics: Mapping[str, float], head: Headline, stage: str) -> 
             continue
         diff = mine - float(value)
         better = (diff > 0) == head.higher_is_better and diff != 0
-        (ahead if better else behind).append(name)
+        (level if diff == 0 else ahead if better else behind).append(name)
         verdict = "method ahead" if better else ("tie" if diff == 0 else "method behind")
         rows.append((name, _fmt(float(value)), f"{diff:+.4g} ({verdict})", card.source if card else k))
     widths = [max(len(r[i]) for r in [("who", "value", "method - who", "source"), *rows]) for i in range(4)]
     for r in [("who", "value", "method - who", "source"), *rows]:
         lines.append("  " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    if ahead or behind:
+    if ahead or behind or level:
         parts = []
         if ahead:
             parts.append("ahead of " + ", ".join(ahead))
         if behind:
             parts.append("behind " + ", ".join(behind))
+        if level:
+            parts.append("level with " + ", ".join(level))
         lines.append(f"  {head.method} is " + "; ".join(parts) + " on " + key)
     for k in head.extra:
         k = k.format(stage=stage)

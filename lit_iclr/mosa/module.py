@@ -18,7 +18,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
-from lit_iclr.core.summary import CardValue, Headline
+from lit_iclr.core.summary import Headline
 
 from .maps import NUM_LIMB_GROUPS, control_maps, project
 from .metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, load_or_fit_evaluators
@@ -27,10 +27,6 @@ from .objectives import bone_loss, contact_loss, euler_sample, interpolate, trac
 
 # KID of the benchmark's 3-seed table (seeds/mosa.md, "Default task"): 256 prompts per seed, separately trained stages
 # (raw KID; the card prints it x 1e3). The CLI trains both stages jointly on fewer evaluation clips: a rough reference.
-CARD_KID: dict[str, CardValue] = {
-    "direct text-to-video": CardValue(1.38e4, "seeds/mosa.md, table 'Default task, 3 seeds'"),
-    "MoSA w/o tracking loss": CardValue(1.46e4, "seeds/mosa.md, table 'Default task, 3 seeds'"),
-}
 
 
 class MoSA(BaseModule):
@@ -326,11 +322,13 @@ class MoSA(BaseModule):
         names = {"3d": "MoSA", "2d": "2-D skeleton first", "none": "direct text-to-video"}
         method = names[self.structure] + (" (concat)" if self.structure != "none" and self.hparams.control == "concat"
                                           else "") + (" w/o tracking loss" if self.hparams.lambda_track == 0 else "")
+        # No card rows: the card's KID (1e4 scale) came from evaluators fit for 15 epochs on another setting, so it is
+        # on another scale than this run's; the floor and the true-structure render are measured here, on the same set.
         baselines = {"real clips (floor)": "{stage}/kid_real"}
         if self.structure != "none":
             baselines["same video net on true structure"] = "{stage}/kid_true_structure"
         return Headline(
-            metric="{stage}/kid", higher_is_better=False, baselines=baselines, card=CARD_KID, method=method,
+            metric="{stage}/kid", higher_is_better=False, baselines=baselines, method=method,
             claim="structure-first generation is closer to real videos than direct text-to-video",
             extra=("{stage}/jerk_px", "{stage}/jerk_px_real", "{stage}/warp_err", "{stage}/warp_err_real",
                    "{stage}/text_acc", "{stage}/text_acc_real"))

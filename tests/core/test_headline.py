@@ -35,6 +35,14 @@ def test_higher_is_better_flips_the_verdict_and_a_missing_baseline_is_named():
     assert rows["absent"][0] == "not logged" and rows["absent"][2] == "test/nothing"
 
 
+def test_a_tie_is_level_not_behind():
+    head = Headline(metric="{stage}/acc", higher_is_better=True, method="VEA",
+                    baselines={"plain": "{stage}/acc/plain", "random": "{stage}/acc/random"})
+    lines = headline_lines({"val/acc": 0.125, "val/acc/plain": 0.125, "val/acc/random": 0.1}, head, "val")
+    assert _rows(lines)["plain"][1] == "+0 (tie)"
+    assert "  VEA is ahead of random; level with plain on val/acc" in lines
+
+
 def test_a_card_value_of_another_split_is_not_shown():
     head = Headline(metric="{stage}/mse", higher_is_better=False,
                     card={"backbone": CardValue(0.75, "seeds/x.md", stage="test")})
