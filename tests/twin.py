@@ -107,12 +107,15 @@ def _close(a: str, b: str, atol: float) -> bool:
 
 
 class SignalAtBatch(Callback):
-    """Sends SIGTERM when the `batch`-th training batch (0-based, of the first epoch) is about to start: a stop by batch,
-    for methods whose `global_step` counts several optimizer steps per batch (VGF's actor and critic)."""
+    """Sends SIGTERM when the `batch`-th training batch of the run (0-based, counted across epochs) is about to start:
+    a stop by batch, for methods whose `global_step` counts several optimizer steps per batch (VGF's actor and critic)
+    or whose epochs are shorter than the stop (EvoTest's two-episode epochs)."""
 
     def __init__(self, batch: int):
         self.batch = batch
+        self.seen = 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.current_epoch == 0 and batch_idx == self.batch:
+        self.seen += 1
+        if self.seen - 1 == self.batch:
             os.kill(os.getpid(), signal.SIGTERM)
