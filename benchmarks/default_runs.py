@@ -45,9 +45,10 @@ def headline_of(stdout: str) -> dict:
         if m:
             out["metric"] = m.group(1)
             for row in lines[i + 2:]:  # after the "who | value | ..." header
-                if "|" not in row:
+                if " | " not in row:
                     break
-                cells = [c.strip() for c in row.split("|")]
+                # the columns are joined with " | "; a label may hold a bare "|" (NAMEx's "|beta| 0.9")
+                cells = [c.strip() for c in row.split(" | ")]
                 out["rows"].append({"who": cells[0], "value": cells[1], "diff": cells[2] if len(cells) > 2 else ""})
             break
         if "was not logged" in line:
@@ -108,6 +109,7 @@ def table(results: dict) -> str:
         metric, mine, vs = _cell(r)
         data = "generated" if r["first_time_generation"] else "cached"
         ok = "yes" if r["rc"] == 0 and r["wall_s"] <= TARGET_S else "no"
+        mine, vs = (c.replace("|", "\\|") for c in (mine, vs))  # a "|" in a label would split the markdown cell
         lines.append(f"| {method} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['load_before']:.1f} | {data} | {ok} | "
                      f"{metric} | {mine} | {vs} |")
     return "\n".join(lines)

@@ -31,3 +31,15 @@ def test_a_run_without_a_headline_or_that_failed_says_so():
          "headline": default_runs.headline_of("Traceback ...")}
     assert default_runs._cell(r) == ("-", "-", "failed (rc 1)")
     assert "| no |" in default_runs.table({"vgf": r})
+
+
+def test_a_label_holding_a_bar_is_read_whole_and_escaped_in_the_markdown_cell():
+    head = Headline(metric="{stage}/acc", higher_is_better=True, method="namex (|beta| 0.9)",
+                    baselines={"dense": "{stage}/acc_dense"})
+    r = {"rc": 0, "wall_s": 12.0, "cpu_s": 20.0, "load_before": 0.1, "first_time_generation": True,
+         "headline": default_runs.headline_of(_stdout({"val/acc": 0.5, "val/acc_dense": 0.6}, head))}
+    assert [x["who"] for x in r["headline"]["rows"]] == ["namex (|beta| 0.9)", "dense"]
+    assert default_runs._cell(r) == ("val/acc", "namex (|beta| 0.9) 0.5", "dense 0.6: -0.1 (method behind)")
+    row = default_runs.table({"namex": r}).splitlines()[-1]
+    assert "namex (\\|beta\\| 0.9) 0.5" in row
+    assert row.replace("\\|", "").count("|") == 10  # nine cells
