@@ -7,7 +7,9 @@ Every measured table in `seeds/<method>.md` carries one line directly under it:
 A table is listed as stale when, since that commit, anything changed in the code it measured: the method's package
 `lit_iclr/<method>/`, the `lit_iclr/core/` modules that package imports (followed through core's own imports), and the
 files its command names (a benchmark script, a config). Tables without the line are counted per card, since nothing can
-tell whether they are still true. The list is printed, never a failure (CI prints it after the tests).
+tell whether they are still true. A table that is not a measurement (a map from the paper's symbols to the code, a list
+of options) carries `<!-- not measured -->` in that place instead, and is only counted. The list is printed, never a
+failure (CI prints it after the tests).
 
     .venv/bin/python benchmarks/stale.py            # markdown list of stale tables, then the unrecorded counts
     .venv/bin/python benchmarks/stale.py --card vgf # one card
@@ -24,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED = re.compile(r"^Measured at commit `?([0-9a-f]{7,40})`? with: `(.+)`\s*$")
+NOT_MEASURED = "<!-- not measured -->"
 PATH_IN_COMMAND = re.compile(r"(?:^|\s|=)((?:benchmarks|configs|lit_iclr|scripts|data)/[\w./-]+)")
 
 
@@ -34,6 +37,7 @@ class Table:
     title: str         # the nearest heading above it
     commit: str | None
     command: str | None
+    measured: bool = True  # False: marked `<!-- not measured -->` (a mapping or options table)
 
 
 def card_tables(text: str, card: str) -> list[Table]:
@@ -52,8 +56,10 @@ def card_tables(text: str, card: str) -> list[Table]:
                 j += 1
                 if j - i > 1:
                     break
-            m = MEASURED.match(lines[j].strip()) if j < len(lines) else None
-            tables.append(Table(card, start + 1, heading, m.group(1) if m else None, m.group(2) if m else None))
+            below = lines[j].strip() if j < len(lines) else ""
+            m = MEASURED.match(below)
+            tables.append(Table(card, start + 1, heading, m.group(1) if m else None, m.group(2) if m else None,
+                                measured=below != NOT_MEASURED))
             continue
         i += 1
     return tables
@@ -127,10 +133,13 @@ def changed_since(commit: str, paths: list[str]) -> list[str] | None:
 
 
 def report(cards: list[Path]) -> list[str]:
-    stale, unknown, unrecorded, fresh = [], [], {}, 0
+    stale, unknown, unrecorded, fresh, descriptive = [], [], {}, 0, 0
     for card in cards:
         method = card.stem
         for t in card_tables(card.read_text(), card.name):
+            if not t.measured:
+                descriptive += 1
+                continue
             if t.commit is None:
                 unrecorded[card.name] = unrecorded.get(card.name, 0) + 1
                 continue
@@ -143,7 +152,8 @@ def report(cards: list[Path]) -> list[str]:
                 stale.append(f"- {where}: measured at {t.commit}; changed since: {shown}. Rerun: `{t.command}`")
             else:
                 fresh += 1
-    lines = [f"## Stale card tables ({len(stale)} stale, {fresh} current, {sum(unrecorded.values())} unrecorded)", ""]
+    lines = [f"## Stale card tables ({len(stale)} stale, {fresh} current, {sum(unrecorded.values())} unrecorded, "
+             f"{descriptive} not measurements)", ""]
     lines += stale or ["- none: every recorded table's code is unchanged since it was measured"]
     lines += unknown
     if unrecorded:

@@ -74,3 +74,13 @@ def test_an_unknown_commit_is_reported_not_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(stale, "ROOT", tmp_path)
     lines = stale.report([_card(tmp_path, "deadbee")])
     assert any("deadbee is not in this history" in line for line in lines)
+
+
+def test_a_table_marked_not_measured_is_counted_apart_and_never_unrecorded(tmp_path, monkeypatch):
+    _repo(tmp_path)
+    monkeypatch.setattr(stale, "ROOT", tmp_path)
+    card = _card(tmp_path, _git(tmp_path, "rev-parse", "--short", "HEAD"))
+    card.write_text(card.read_text() + "| 3 | 4 |\n\n<!-- not measured -->\n")
+    tables = stale.card_tables(card.read_text(), "toy.md")
+    assert [t.measured for t in tables] == [True, False]
+    assert "0 stale, 1 current, 0 unrecorded, 1 not measurements" in stale.report([card])[0]
