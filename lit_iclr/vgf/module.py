@@ -261,7 +261,7 @@ class VGF(OfflineRLModule):
                  actor_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
                  critic_optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=3e-4),
                  seed: int = 0, compile_update: bool = False, compile_options: dict | None = None,
-                 matmul: str = "aten"):
+                 matmul: str = "aten", num_threads: int | None = None):
         """
         Args:
             obs_dim: Observation size (linked from the data).
@@ -297,6 +297,10 @@ class VGF(OfflineRLModule):
             matmul: Library of the networks' fp32 CPU products: `aten` (PyTorch's: MKL on x86) or `onednn` (PyTorch's
                 bundled oneDNN, `core/onednn_linear.py`; about 2x MKL's speed on AMD EPYC CPUs). Best with
                 `compile_update` (eager, each product is a Python autograd function). Other devices: `aten` always.
+            num_threads: torch intra-op threads while fitting, validating or testing (`torch.set_num_threads`, set in
+                `setup`): the networks are 128 units wide and an update is about a hundred small products, so on a
+                shared 2-core CPU a second thread mostly spins (the default update cost ~10x the CPU time with 2
+                threads than with 1 at load ~6, seeds/vgf.md). null: leave torch's setting.
         """
         super().__init__()
         if transport not in ("svgd", "ascent"):
@@ -314,8 +318,14 @@ class VGF(OfflineRLModule):
         for name in eval_extra:
             parse_policy(name)  # a bad name fails here, not at the first evaluation
         self.eval_policies = list(eval_extra) + [f"L{b}" for b in eval_flow_steps]
+        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
+            raise ValueError(f"num_threads must be a positive integer or null, got {num_threads!r}")
         self._losses_fn = None  # update_losses, compiled on the first step when compile_update is set
         self._apply_fn = None  # apply_updates, compiled likewise
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.num_threads:
+            torch.set_num_threads(self.hparams.num_threads)
 
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),

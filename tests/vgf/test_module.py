@@ -156,3 +156,18 @@ def _logged(run: Path, key: str) -> list[float]:
 
     (csv_file,) = run.rglob("metrics.csv")
     return [float(r[key]) for r in metric_rows(csv_file.parent) if r.get(key)]
+
+
+def test_num_threads_is_set_at_setup_and_checked():
+    before = torch.get_num_threads()
+    want = 2 if before == 1 else 1
+    try:
+        VGF(obs_dim=3, action_dim=2, actor_hidden=[8], critic_hidden=[8], num_threads=want).setup("fit")
+        assert torch.get_num_threads() == want
+        VGF(obs_dim=3, action_dim=2, actor_hidden=[8], critic_hidden=[8]).setup("fit")  # null: left as it is
+        assert torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)
+    for bad in (0, True):
+        with pytest.raises(ValueError, match="num_threads"):
+            VGF(obs_dim=3, action_dim=2, num_threads=bad)
