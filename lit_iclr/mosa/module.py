@@ -54,6 +54,7 @@ class MoSA(BaseModule):
         eval_videos: int = 64,
         evaluator_epochs: int = 15,
         video_stage: bool = True,
+        num_threads: int | None = None,
         optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=1e-3),
     ):
         """
@@ -85,6 +86,10 @@ class MoSA(BaseModule):
                 training clips and stored next to the data (`<data_dir>/<data folder>-evaluators-e<epochs>.pt`).
             video_stage: Build and train the video DiT (linked from the data: false for motion without videos, where
                 only the 3-D structure stage trains).
+            num_threads: torch intra-op threads while fitting, validating or testing (`torch.set_num_threads`, set in
+                `setup`): at the CPU default's sizes (width 64, 16 tokens per frame) every product is small, and on a
+                shared 2-core CPU a second thread mostly spins (a training step cost ~14x the CPU time with 2 threads
+                than with 1 at load ~7, seeds/mosa.md). null: leave torch's setting.
             optimizer: Optimizer factory.
         """
         super().__init__()
@@ -96,6 +101,8 @@ class MoSA(BaseModule):
                               f"{structure!r}: set model.init_args.structure: 3d, or give the data a videos/ folder")
         if image_size % patch:
             raise ConfigError(f"model.patch {patch} must divide image_size {image_size}")
+        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
+            raise ConfigError(f"model.num_threads must be a positive integer or null, got {num_threads!r}")
         self.optimizer = optimizer
         self.structure = structure
         self.channels = NUM_LIMB_GROUPS + (1 if structure == "3d" else 0)
@@ -107,6 +114,10 @@ class MoSA(BaseModule):
         if video_stage:
             self.video_net = VideoDiT(vocab_size, num_frames, image_size, control if structure != "none" else "none",
                                       self.channels, dim, depth, heads, patch, spread_steps, region_dilate)
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.num_threads:
+            torch.set_num_threads(self.hparams.num_threads)
 
     # ----- structure <-> maps
     def structure_target(self, batch: dict) -> torch.Tensor:

@@ -71,3 +71,20 @@ def test_padding_does_not_change_the_caption_encoding():
     a = m.video_net.text(ids, mask)[1]
     b = m.video_net.text(ids2, mask)[1]
     torch.testing.assert_close(a, b)
+
+
+def test_num_threads_is_set_at_setup_and_checked():
+    import pytest
+
+    from lit_iclr.core import ConfigError
+
+    before = torch.get_num_threads()
+    want = 2 if before == 1 else 1
+    try:
+        MoSA(vocab_size=8, num_frames=4, image_size=16, dim=16, depth=1, heads=2, patch=4, structure_dim=16,
+             structure_layers=1, num_threads=want).setup("fit")
+        assert torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigError, match="num_threads"):
+        MoSA(vocab_size=8, num_frames=4, image_size=16, dim=16, depth=1, heads=2, patch=4, num_threads=0)
