@@ -47,12 +47,14 @@ class SpectralTransforms:
         self.nlat, self.nlon, self.L = nlat, nlon, lmax
         f64 = torch.float64
         if analysis:
-            self.wT = th.RealSHT(nlat, nlon, **kw).weights.to(f64).transpose(1, 2).contiguous()  # (m, k, l)
+            wT = th.RealSHT(nlat, nlon, **kw).weights.to(f64).transpose(1, 2)  # (m, k, l)
             vw = th.RealVectorSHT(nlat, nlon, **kw).weights.to(f64).transpose(2, 3)  # (2, m, k, l)
-            self.vwT = torch.cat([vw[0], vw[1]], -1).contiguous()  # (m, k, 2l)
-        self.p = th.InverseRealSHT(nlat, nlon, **kw).pct.to(f64).transpose(1, 2).contiguous()  # (m, l, k)
+            self.wT = torch.cat([wT, vw[0], vw[1]], -1).contiguous()  # (m, k, 3l): scalar, then vector weights
+        p = th.InverseRealSHT(nlat, nlon, **kw).pct.to(f64).transpose(1, 2)  # (m, l, k)
         dp = th.InverseRealVectorSHT(nlat, nlon, **kw).dpct.to(f64).transpose(2, 3)  # (2, m, l, k)
-        self.d0, self.d1 = dp[0].contiguous(), dp[1].contiguous()
+        self.p = torch.cat([p, dp[0], dp[1]], -1).contiguous()  # (m, l, 3k)
+        # one batched matmul per transform, batched over m with every (field, re/im) row of a given m in one matrix:
+        # (2n x k) @ (k x 3l) instead of many (2 x k) products; rows take the columns of their kind
 
     @staticmethod
     def _i(x: torch.Tensor) -> torch.Tensor:  # multiply by the imaginary unit along the (re, im) axis -2
@@ -64,8 +66,9 @@ class SpectralTransforms:
         x = torch.cat([scal, vec.flatten(0, 1)], 0)
         X = torch.fft.rfft(x, dim=-1, norm="forward")[..., :L]
         X = torch.view_as_real(X).permute(2, 0, 3, 1)  # (m, n, 2, k)
-        S = torch.matmul(X[:, :ns], self.wT[:, None])
-        Y = torch.matmul(X[:, ns:], self.vwT[:, None]).unflatten(1, (nv, 2))  # (m, nv, comp, 2, 2l)
+        P = torch.bmm(X.reshape(L, -1, X.shape[-1]), self.wT).view(L, -1, 2, 3 * L)  # (m, n, 2, 3l)
+        S = P[:, :ns, :, :L]
+        Y = P[:, ns:, :, L:].unflatten(1, (nv, 2))  # (m, nv, comp, 2, 2l)
         Y0, Y1 = Y[..., :L], Y[..., L:]
         c0 = Y0[:, :, 0] + self._i(Y1[:, :, 1])
         c1 = self._i(Y1[:, :, 0]) - Y0[:, :, 1]
@@ -73,10 +76,11 @@ class SpectralTransforms:
 
     def synthesis(self, spec: torch.Tensor, ns: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(m, ns + 2 nv, 2, l) -> (ns, nlat, nlon) scalars and (nv, 2, nlat, nlon) vectors."""
-        G_ = torch.matmul(spec[:, :ns], self.p[:, None])  # (m, ns, 2, k)
-        V = spec[:, ns:].unflatten(1, (-1, 2))  # (m, nv, comp, 2, l)
-        Y0 = torch.matmul(V, self.d0[:, None, None])
-        Y1 = torch.matmul(V, self.d1[:, None, None])
+        L, k = self.L, self.nlat
+        R = torch.bmm(spec.reshape(L, -1, L), self.p).view(L, -1, 2, 3 * k)  # (m, n, 2, 3k)
+        G_ = R[:, :ns, :, :k]  # (m, ns, 2, k)
+        V = R[:, ns:].unflatten(1, (-1, 2))  # (m, nv, comp, 2, 3k)
+        Y0, Y1 = V[..., k:2 * k], V[..., 2 * k:]
         c0 = Y0[:, :, 0] + self._i(Y1[:, :, 1])
         c1 = self._i(Y1[:, :, 0]) - Y0[:, :, 1]
         X = torch.cat([G_, torch.stack([c0, c1], 2).flatten(1, 2)], 1).permute(1, 3, 0, 2).contiguous()

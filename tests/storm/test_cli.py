@@ -27,7 +27,7 @@ def test_tiny_twin_fits_through_the_cli(tmp_path):
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
     assert list((tmp_path / "figures").glob("val_forecast*.png"))
     # the generated default is a WB2 Zarr store read back by the reader
-    (store,) = (tmp_path / "data").glob("storm-planet-v1*/*.zarr")
+    (store,) = (tmp_path / "data").glob("storm-planet-v2*/*.zarr")
     ds = xr.open_zarr(store)
     assert {"geopotential", "temperature", "2m_temperature", "land_sea_mask"} <= set(ds.data_vars)
     assert ds["geopotential"].dims == ("time", "level", "latitude", "longitude") and ds.sizes["time"] == 160
