@@ -35,7 +35,7 @@ class STORM(BaseModule):
                  scale_weights: list[float] | None = None, detach_rollout: bool = False, carry_state: bool = False,
                  coarsen: int = 0, compile_step: bool = False, compile_options: dict | None = None,
                  optimizer: OptimizerCallable = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=1e-4),
-                 warmup_steps: int = 100, plot_channel: int = 0, headline_lead: int = 72):
+                 warmup_steps: int = 100, plot_channel: int = 0, headline_lead: int = 72, num_threads: int | None = 1):
         """
         Args:
             num_channels: Forecast channels C (linked from the data).
@@ -68,6 +68,9 @@ class STORM(BaseModule):
             warmup_steps: Linear warm-up steps before the cosine decay of the learning rate.
             plot_channel: Channel shown in the forecast-vs-truth figure logged at validation.
             headline_lead: Lead time (hours, one of the data's eval_lead_times) of the run summary's headline RMSE.
+            num_threads: torch intra-op CPU threads while this module fits, validates or tests (restored after; None:
+                torch's setting). Default 1: the convolutions are small, and on the shared 2-core machine a training step
+                with 2 threads took 4.6x the CPU time of one thread (seeds/storm.md, "Default run time").
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -107,6 +110,11 @@ class STORM(BaseModule):
 
     # ---------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
+        n = self.hparams.get("num_threads")
+        on_cpu = self._trainer is not None and self.trainer.strategy.root_device.type == "cpu"
+        if n and on_cpu and getattr(self, "_threads_before", None) is None:
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(n)
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is not None and hasattr(dm, "setup"):
             dm.setup(stage)
@@ -115,6 +123,11 @@ class STORM(BaseModule):
                 self.norm_mean.copy_(torch.as_tensor(dm.stats["mean"]))
                 self.norm_std.copy_(torch.as_tensor(dm.stats["std"]))
                 self.diff_scale.copy_(torch.as_tensor(dm.stats["diff_std"] / dm.stats["std"]))
+
+    def teardown(self, stage: str) -> None:
+        if getattr(self, "_threads_before", None) is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     def _grid(self, t: torch.Tensor) -> torch.Tensor:
         """Coarsen and pad (..., H, W) fields to the model grid."""
