@@ -179,3 +179,25 @@ def test_compiled_step_agrees_with_eager_forward_and_backward():
     torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-5, atol=1e-6)
     for ge, gc in zip(grads[0][1], grads[1][1], strict=True):
         torch.testing.assert_close(gc, ge, rtol=1e-4, atol=1e-6)
+
+
+def test_num_threads_holds_while_the_module_runs_and_is_restored_after():
+    import lightning as L
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        m = module(num_threads=1)
+        m.trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                              enable_model_summary=False)
+        m.setup("fit")
+        assert torch.get_num_threads() == 1
+        m.teardown("fit")
+        assert torch.get_num_threads() == 2
+        m = module(num_threads=None)  # None leaves torch's setting alone
+        m.trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                              enable_model_summary=False)
+        m.setup("fit")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
