@@ -424,6 +424,48 @@ def compile_check(dm, steps: int, options: dict, rounds: int = 1) -> dict:
     return out
 
 
+def thread_check(steps: int, rounds: int, batch: int, hidden: list[int], threads=(1, 2)) -> dict:
+    """CPU and wall seconds of a default-sized STORM training step (2-step rollout, fwd + bwd + AdamW) and of a 20-step
+    evaluation rollout (no grad) at each torch thread count, rounds interleaved (order flipped every round); random
+    inputs on the 64 x 32 grid with the default 6 channels, 2 static fields (no data needed)."""
+    from lit_iclr.storm.module import STORM
+
+    torch.manual_seed(0)
+    m = STORM(hidden=hidden, num_blocks=1)
+    m.log = lambda *a, **k: None
+    opt = torch.optim.AdamW(m.parameters(), 1e-3)
+    B = batch
+    b = {"x": torch.randn(B, 2, 6, 32, 64), "y": torch.randn(B, 2, 6, 32, 64), "static": torch.randn(B, 2, 32, 64),
+         "lead_steps": torch.tensor([[1, 2]] * B), "init_time": torch.full((B,), 262980.0, dtype=torch.float64)}
+
+    def train_step():
+        loss = m.training_step(b, 0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def rollout():
+        with torch.no_grad():
+            m.rollout(b["x"], b["static"], b["init_time"], 20)
+
+    res: dict = {str(n): {"train_cpu": [], "train_wall": [], "eval20_cpu": [], "eval20_wall": []} for n in threads}
+    before = torch.get_num_threads()
+    for r in range(rounds):
+        for n in (threads if r % 2 == 0 else threads[::-1]):
+            torch.set_num_threads(n)
+            train_step()  # warm-up at this thread count
+            for key, fn, k in (("train", train_step, steps), ("eval20", rollout, 1)):
+                c, w = time.process_time(), time.perf_counter()
+                for _ in range(k):
+                    fn()
+                res[str(n)][f"{key}_cpu"].append((time.process_time() - c) / k)
+                res[str(n)][f"{key}_wall"].append((time.perf_counter() - w) / k)
+    torch.set_num_threads(before)
+    med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in res.items()}
+    return {"batch": B, "hidden": hidden, "steps_per_block": steps, "rounds": rounds, "median": med,
+            "load_average_1min": __import__("os").getloadavg()[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 steps, 1 seed, few initialisations")
@@ -446,6 +488,9 @@ def main() -> None:
     ap.add_argument("--compile_rounds", type=int, default=1,
                     help="--compile_check: blocks of STEPS steps per side, interleaved (order flipping every round)")
     ap.add_argument("--compile_backend", default="inductor")
+    ap.add_argument("--thread_check", type=int, default=0, metavar="STEPS",
+                    help="time a training step and a 20-step evaluation rollout with 1 and 2 torch threads, STEPS "
+                         "steps per block, --compile_rounds rounds interleaved (random inputs, no data)")
     ap.add_argument("--scale_report", nargs="*", default=None, metavar="DIR",
                     help="only print STORM vs --scale_baseline across these finished result folders")
     ap.add_argument("--scale_baseline", default="single-scale, same FLOPs")
@@ -461,6 +506,9 @@ def main() -> None:
             setattr(args, k, v)
     print("settings: " + ", ".join(f"{k}={v}" for k, v in vars(args).items() if v is not None and v is not False),
           flush=True)
+    if args.thread_check:
+        print(json.dumps(thread_check(args.thread_check, args.compile_rounds, args.batch, args.hidden), indent=1))
+        return
     torch.set_num_threads(1)
     t_all = time.time()
     dm = make_data(args)
