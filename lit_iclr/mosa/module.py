@@ -87,9 +87,9 @@ class MoSA(BaseModule):
             video_stage: Build and train the video DiT (linked from the data: false for motion without videos, where
                 only the 3-D structure stage trains).
             num_threads: torch intra-op threads while fitting, validating or testing (`torch.set_num_threads`, set in
-                `setup`): at the CPU default's sizes (width 64, 16 tokens per frame) every product is small, and on a
-                shared 2-core CPU a second thread mostly spins (a training step cost ~14x the CPU time with 2 threads
-                than with 1 at load ~7, seeds/mosa.md). null: leave torch's setting.
+                `setup`, restored in `teardown`): at the CPU default's sizes (width 64, 16 tokens per frame) every
+                product is small, and on a shared 2-core CPU a second thread mostly spins (a training step cost ~14x
+                the CPU time with 2 threads than with 1 at load ~7, seeds/mosa.md). null: leave torch's setting.
             optimizer: Optimizer factory.
         """
         super().__init__()
@@ -116,8 +116,14 @@ class MoSA(BaseModule):
                                       self.channels, dim, depth, heads, patch, spread_steps, region_dilate)
 
     def setup(self, stage: str) -> None:
-        if self.hparams.num_threads:
+        if self.hparams.num_threads and getattr(self, "_threads_before", None) is None:
+            self._threads_before = torch.get_num_threads()  # restored in teardown
             torch.set_num_threads(self.hparams.num_threads)
+
+    def teardown(self, stage: str) -> None:
+        if getattr(self, "_threads_before", None) is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     # ----- structure <-> maps
     def structure_target(self, batch: dict) -> torch.Tensor:

@@ -298,9 +298,9 @@ class VGF(OfflineRLModule):
                 bundled oneDNN, `core/onednn_linear.py`; about 2x MKL's speed on AMD EPYC CPUs). Best with
                 `compile_update` (eager, each product is a Python autograd function). Other devices: `aten` always.
             num_threads: torch intra-op threads while fitting, validating or testing (`torch.set_num_threads`, set in
-                `setup`): the networks are 128 units wide and an update is about a hundred small products, so on a
-                shared 2-core CPU a second thread mostly spins (the default update cost ~10x the CPU time with 2
-                threads than with 1 at load ~6, seeds/vgf.md). null: leave torch's setting.
+                `setup`, restored in `teardown`): the networks are 128 units wide and an update is about a hundred
+                small products, so on a shared 2-core CPU a second thread mostly spins (an update cost ~10x the CPU
+                time with 2 threads than with 1 at load ~6, seeds/vgf.md). null: leave torch's setting.
         """
         super().__init__()
         if transport not in ("svgd", "ascent"):
@@ -324,8 +324,14 @@ class VGF(OfflineRLModule):
         self._apply_fn = None  # apply_updates, compiled likewise
 
     def setup(self, stage: str) -> None:
-        if self.hparams.num_threads:
+        if self.hparams.num_threads and getattr(self, "_threads_before", None) is None:
+            self._threads_before = torch.get_num_threads()  # restored in teardown
             torch.set_num_threads(self.hparams.num_threads)
+
+    def teardown(self, stage: str) -> None:
+        if getattr(self, "_threads_before", None) is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),

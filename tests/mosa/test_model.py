@@ -81,9 +81,12 @@ def test_num_threads_is_set_at_setup_and_checked():
     before = torch.get_num_threads()
     want = 2 if before == 1 else 1
     try:
-        MoSA(vocab_size=8, num_frames=4, image_size=16, dim=16, depth=1, heads=2, patch=4, structure_dim=16,
-             structure_layers=1, num_threads=want).setup("fit")
+        model = MoSA(vocab_size=8, num_frames=4, image_size=16, dim=16, depth=1, heads=2, patch=4, structure_dim=16,
+                     structure_layers=1, num_threads=want)
+        model.setup("fit")
         assert torch.get_num_threads() == want
+        model.teardown("fit")
+        assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
     with pytest.raises(ConfigError, match="num_threads"):

@@ -162,10 +162,13 @@ def test_num_threads_is_set_at_setup_and_checked():
     before = torch.get_num_threads()
     want = 2 if before == 1 else 1
     try:
-        VGF(obs_dim=3, action_dim=2, actor_hidden=[8], critic_hidden=[8], num_threads=want).setup("fit")
+        model = VGF(obs_dim=3, action_dim=2, actor_hidden=[8], critic_hidden=[8], num_threads=want)
+        model.setup("fit")
         assert torch.get_num_threads() == want
         VGF(obs_dim=3, action_dim=2, actor_hidden=[8], critic_hidden=[8]).setup("fit")  # null: left as it is
         assert torch.get_num_threads() == want
+        model.teardown("fit")
+        assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
     for bad in (0, True):
