@@ -79,7 +79,7 @@ class NuScenesAsync(BaseDataModule):
     """nuScenes (v1.0-mini / v1.0-trainval layout) read by nuscenes-devkit, with asynchronous sensor inputs."""
 
     default_name = "nuscenes-asyncbev"
-    default_version = 2  # 2: objects_per_scene / moving_share / meet_ego options
+    default_version = 3  # 2: objects_per_scene / moving_share / meet_ego options; 3: closed-form yaw quaternions
     world_classes = tuple(CLASSES)  # the detection classes the generated world holds
     content_options = ("num_train_scenes", "num_val_scenes", "scene_seconds", "objects_per_scene", "moving_share",
                        "meet_ego", "image_width", "image_height", "generator_seed")

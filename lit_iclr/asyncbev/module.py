@@ -31,7 +31,8 @@ class AsyncBEV(BaseModule):
                  flow_depth: int = 1, use_time_code: bool = True, use_position_code: bool = True,
                  compensation: str = "asyncbev", flow_loss_weight: float = 0.2, reg_loss_weight: float = 0.25,
                  detector_checkpoint: str | None = None, freeze_detector: bool = False, top_k: int = 100,
-                 val_baselines: list[str] | None = None, optimizer: OptimizerCallable = torch.optim.AdamW):
+                 val_baselines: list[str] | None = None, num_threads: int | None = None,
+                 optimizer: OptimizerCallable = torch.optim.AdamW):
         """
         Args:
             num_classes: Detection classes (from the data).
@@ -55,9 +56,15 @@ class AsyncBEV(BaseModule):
                 [none, emc]): logged as val/<split>_<metric>/<compensation> next to the model's own
                 (val/<split>_<metric> and val/<split>_<metric>/<its compensation>). A validation limited to a few
                 batches (limit_val_batches) is scored on the samples it ran (val/eval_samples says how many).
+            num_threads: torch intra-op threads while fitting, validating or testing (`torch.set_num_threads`, set in
+                `setup`): at the default sizes every convolution is small, and on a shared 2-core CPU a second thread
+                mostly spins (a training step cost 5.6 s CPU with 2 threads against 0.6 s with 1 at load ~7,
+                seeds/asyncbev.md). null: leave torch's setting.
             optimizer: Optimizer factory.
         """
         super().__init__()
+        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
+            raise ConfigError(f"model.num_threads must be a positive integer or null, got {num_threads!r}")
         for c in [compensation, *(val_baselines or [])]:
             if c not in COMPENSATIONS:
                 raise ConfigError(f"compensation and val_baselines must be among {COMPENSATIONS}, got {c!r}")
@@ -74,6 +81,10 @@ class AsyncBEV(BaseModule):
         if detector_checkpoint is not None:
             self.load_detector(detector_checkpoint)
         self._val_results: dict[str | None, dict[str, list[dict]]] = {}  # compensation (None: the model's) -> boxes
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.num_threads:
+            torch.set_num_threads(self.hparams.num_threads)
 
     # ------------------------------------------------------------------ weights
     def load_detector(self, path: str) -> None:
