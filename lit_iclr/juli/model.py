@@ -95,12 +95,19 @@ class LoRAAdapters(nn.Module):
         self._model = [model]  # a list keeps the base model out of this module's parameters and state dict
 
     def attach(self) -> None:
+        """Hook the adapters into the base model. One set of adapters is live on a base model at a time: hooks that
+        another `LoRAAdapters` left on it (a fit that ended in an exception never reaches its `teardown`, and the
+        process-wide cached model kept that fit's low-rank updates) are removed first, or this fit would add both."""
         if self._handles:
             return
-        mods = dict(self._model[0].named_modules())
+        model = self._model[0]
+        for stale in getattr(model, "_lora_handles", ()):
+            stale.remove()
+        mods = dict(model.named_modules())
         for n in self.names:
             lora = self.adapters[n.replace(".", "__")]
             self._handles.append(mods[n].register_forward_hook(self._hook(lora)))
+        model._lora_handles = list(self._handles)
 
     def _hook(self, lora: LoRA):
         def hook(_module, inputs, output):
@@ -108,6 +115,9 @@ class LoRAAdapters(nn.Module):
         return hook
 
     def detach(self) -> None:
+        model = self._model[0]
+        if getattr(model, "_lora_handles", None) == self._handles:
+            model._lora_handles = []
         for h in self._handles:
             h.remove()
         self._handles.clear()

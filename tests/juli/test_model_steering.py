@@ -28,6 +28,27 @@ def test_lora_hook_equals_merged_weight_and_detaches_cleanly():
     assert set(ad.state_dict()) == {"adapters.q_proj.A", "adapters.q_proj.B"}  # no base weights in checkpoints
 
 
+def test_adapters_left_on_a_shared_model_by_a_fit_that_never_tore_down_are_replaced_not_added():
+    # the process-wide cached base model: a fit that raised never detached its hooks; the next fit's adapters must be
+    # the only update on the model (a resumed fit had both: its first step's loss 5.509 instead of 5.511)
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"q_proj": nn.Linear(6, 5)})
+    x = torch.randn(7, 6)
+    before = model["q_proj"](x)
+    stale = LoRAAdapters(model, ("q_proj",), rank=2, alpha=4.0)
+    nn.init.normal_(stale.adapters["q_proj"].B)
+    stale.attach()  # never detached
+    fresh = LoRAAdapters(model, ("q_proj",), rank=2, alpha=4.0)
+    lora = fresh.adapters["q_proj"]
+    nn.init.normal_(lora.B)
+    fresh.attach()
+    merged = x @ lora.merged_weight(model["q_proj"].weight).T + model["q_proj"].bias
+    torch.testing.assert_close(model["q_proj"](x), merged)
+    assert len(model["q_proj"]._forward_hooks) == 1
+    fresh.detach()
+    torch.testing.assert_close(model["q_proj"](x), before)
+
+
 def test_biasnet_loss_equals_a_loop_over_positions():
     torch.manual_seed(0)
     net = BiasNet(max_k=5, hidden=8, token_buckets=16, max_steps=8)
