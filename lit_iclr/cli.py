@@ -16,7 +16,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from . import registry
@@ -30,6 +29,7 @@ from .core.module import BaseModule
 from .core.progress import LineProgressBar, use_line_progress
 from .core.runs import CKPT_KEYWORDS, resolve_run_dir
 from .core.slurm import check_slurm_matches_trainer
+from .core.step_checkpoint import StepCheckpoint
 from .core.summary import print_summary, shape_error
 from .core.trainer import Trainer
 
@@ -94,7 +94,7 @@ class LitIclrCLI(LightningCLI):
         return commands
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(StepCheckpoint, "checkpoint")  # ModelCheckpoint, step saves at epoch ends
         parser.set_defaults({"checkpoint.save_last": True})
         for source, target in collect_links():
             parser.link_arguments(source, target, apply_on="instantiate")

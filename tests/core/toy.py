@@ -17,13 +17,15 @@ from lit_iclr.core.loader import ResumableDataLoader
 class ToyRegression(BaseModule):
     def __init__(self, num_features: int = 1, hidden: int = 16,
                  optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=1e-2),
-                 lr_step: int = 3):
+                 lr_step: int = 3, input_noise: float = 0.0):
         """
         Args:
             num_features: Input size (linked from the data).
             hidden: Hidden width.
             optimizer: Optimizer factory.
             lr_step: StepLR period in steps, so resume can be checked to restore the schedule.
+            input_noise: Std of Gaussian noise added to the inputs in training (drawn from torch's generator), so
+                resume can be checked to continue the random stream.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
@@ -34,7 +36,10 @@ class ToyRegression(BaseModule):
         return self.net(x).squeeze(-1)
 
     def training_step(self, batch, batch_idx):
-        loss = nn.functional.mse_loss(self(batch["x"]), batch["y"])
+        x = batch["x"]
+        if self.hparams.input_noise:
+            x = x + self.hparams.input_noise * torch.randn_like(x)
+        loss = nn.functional.mse_loss(self(x), batch["y"])
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
