@@ -11,6 +11,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import CheckpointError, ConfigError
 from lit_iclr.core.summary import Headline
+from lit_iclr.core.threads import CpuThreads
 
 from .evaluate import box_record, nuscenes_metrics, write_results
 from .model import BEVFusionDetector
@@ -63,8 +64,6 @@ class AsyncBEV(BaseModule):
             optimizer: Optimizer factory.
         """
         super().__init__()
-        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
-            raise ConfigError(f"model.num_threads must be a positive integer or null, got {num_threads!r}")
         for c in [compensation, *(val_baselines or [])]:
             if c not in COMPENSATIONS:
                 raise ConfigError(f"compensation and val_baselines must be among {COMPENSATIONS}, got {c!r}")
@@ -72,6 +71,7 @@ class AsyncBEV(BaseModule):
         if len(names) != num_classes:
             raise ConfigError(f"detection_classes names {len(names)} classes ({names}) but num_classes is {num_classes}")
         self.save_hyperparameters(ignore=["optimizer"])
+        self._threads = CpuThreads(num_threads)  # core/threads.py: checked here, set in setup, restored in teardown
         self.class_names = names
         self.optimizer = optimizer
         self.compensation, self.flow_loss_weight, self.reg_loss_weight = compensation, flow_loss_weight, reg_loss_weight
@@ -83,8 +83,10 @@ class AsyncBEV(BaseModule):
         self._val_results: dict[str | None, dict[str, list[dict]]] = {}  # compensation (None: the model's) -> boxes
 
     def setup(self, stage: str) -> None:
-        if self.hparams.num_threads:
-            torch.set_num_threads(self.hparams.num_threads)
+        self._threads.enter(self)
+
+    def teardown(self, stage: str) -> None:
+        self._threads.exit()
 
     # ------------------------------------------------------------------ weights
     def load_detector(self, path: str) -> None:

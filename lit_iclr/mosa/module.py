@@ -19,6 +19,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
 from lit_iclr.core.summary import Headline
+from lit_iclr.core.threads import CpuThreads
 
 from .maps import NUM_LIMB_GROUPS, control_maps, project
 from .metrics import evaluate_videos, foot_penetration, foot_skating, joint_jerk, load_or_fit_evaluators
@@ -101,8 +102,7 @@ class MoSA(BaseModule):
                               f"{structure!r}: set model.init_args.structure: 3d, or give the data a videos/ folder")
         if image_size % patch:
             raise ConfigError(f"model.patch {patch} must divide image_size {image_size}")
-        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
-            raise ConfigError(f"model.num_threads must be a positive integer or null, got {num_threads!r}")
+        self._threads = CpuThreads(num_threads)  # core/threads.py: checked here, set in setup, restored in teardown
         self.optimizer = optimizer
         self.structure = structure
         self.channels = NUM_LIMB_GROUPS + (1 if structure == "3d" else 0)
@@ -116,14 +116,10 @@ class MoSA(BaseModule):
                                       self.channels, dim, depth, heads, patch, spread_steps, region_dilate)
 
     def setup(self, stage: str) -> None:
-        if self.hparams.num_threads and getattr(self, "_threads_before", None) is None:
-            self._threads_before = torch.get_num_threads()  # restored in teardown
-            torch.set_num_threads(self.hparams.num_threads)
+        self._threads.enter(self)
 
     def teardown(self, stage: str) -> None:
-        if getattr(self, "_threads_before", None) is not None:
-            torch.set_num_threads(self._threads_before)
-            self._threads_before = None
+        self._threads.exit()
 
     # ----- structure <-> maps
     def structure_target(self, batch: dict) -> torch.Tensor:

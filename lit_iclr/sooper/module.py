@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
 from lit_iclr.core.summary import Headline
+from lit_iclr.core.threads import CpuThreads
 
 from .nets import Critics, DeterministicPolicy, DynamicsEnsemble, TanhGaussianActor
 from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, unsafe_mask
@@ -145,6 +146,7 @@ class SOOPER(BaseModule):
         if cost_update not in COST_UPDATES:
             raise ConfigError(f"cost_update must be one of {COST_UPDATES}, got {cost_update!r}")
         self.save_hyperparameters()
+        self._threads = CpuThreads(num_threads)  # core/threads.py: set at fit start, restored in teardown
         self.automatic_optimization = False
         actor_hidden, critic_hidden = actor_hidden or [64, 64], critic_hidden or [128, 128]
         self.prior = DeterministicPolicy(obs_dim, action_dim, actor_hidden)
@@ -201,9 +203,11 @@ class SOOPER(BaseModule):
         self.interventions = list(checkpoint.get("sooper_interventions", []))
 
     # ----------------------------------------------------------------------------------------------- the prior
+    def teardown(self, stage: str) -> None:
+        self._threads.exit()
+
     def on_fit_start(self) -> None:
-        if self.hparams.num_threads:
-            torch.set_num_threads(self.hparams.num_threads)
+        self._threads.enter(self)
         dm = self.trainer.datamodule
         self.env = dm.make_env()
         self.batch_size = dm.batch_size

@@ -9,6 +9,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core.module import BaseModule
 from lit_iclr.core.summary import CardValue, Headline
+from lit_iclr.core.threads import CpuThreads
 
 from .metrics import WB2Scores, lat_weights, spatial_mse
 from .model import STORMNet
@@ -74,6 +75,7 @@ class STORM(BaseModule):
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
+        self._threads = CpuThreads(num_threads)
         self.optimizer = optimizer
         latitudes = latitudes if latitudes is not None else [-87.1875 + 5.625 * i for i in range(32)]
         longitudes = longitudes if longitudes is not None else [5.625 * i for i in range(64)]
@@ -110,11 +112,7 @@ class STORM(BaseModule):
 
     # ---------------------------------------------------------------- data
     def setup(self, stage: str) -> None:
-        n = self.hparams.get("num_threads")
-        on_cpu = self._trainer is not None and self.trainer.strategy.root_device.type == "cpu"
-        if n and on_cpu and getattr(self, "_threads_before", None) is None:
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(n)
+        self._threads.enter(self)  # core/threads.py: restored in teardown
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is not None and hasattr(dm, "setup"):
             dm.setup(stage)
@@ -125,9 +123,7 @@ class STORM(BaseModule):
                 self.diff_scale.copy_(torch.as_tensor(dm.stats["diff_std"] / dm.stats["std"]))
 
     def teardown(self, stage: str) -> None:
-        if getattr(self, "_threads_before", None) is not None:
-            torch.set_num_threads(self._threads_before)
-            self._threads_before = None
+        self._threads.exit()
 
     def _grid(self, t: torch.Tensor) -> torch.Tensor:
         """Coarsen and pad (..., H, W) fields to the model grid."""

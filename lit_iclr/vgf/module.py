@@ -28,6 +28,7 @@ from lit_iclr.core.functional_adam import adam_groups, adam_step
 from lit_iclr.core.grad_sync import backward_and_average
 from lit_iclr.core.onednn_linear import check_backend
 from lit_iclr.core.summary import Headline
+from lit_iclr.core.threads import CpuThreads
 
 from .envs import Rollouts, evaluate
 from .model import ActionGradient, Critic, FlowPolicy
@@ -318,20 +319,15 @@ class VGF(OfflineRLModule):
         for name in eval_extra:
             parse_policy(name)  # a bad name fails here, not at the first evaluation
         self.eval_policies = list(eval_extra) + [f"L{b}" for b in eval_flow_steps]
-        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
-            raise ValueError(f"num_threads must be a positive integer or null, got {num_threads!r}")
+        self._threads = CpuThreads(num_threads)  # core/threads.py: checked here, set in setup, restored in teardown
         self._losses_fn = None  # update_losses, compiled on the first step when compile_update is set
         self._apply_fn = None  # apply_updates, compiled likewise
 
     def setup(self, stage: str) -> None:
-        if self.hparams.num_threads and getattr(self, "_threads_before", None) is None:
-            self._threads_before = torch.get_num_threads()  # restored in teardown
-            torch.set_num_threads(self.hparams.num_threads)
+        self._threads.enter(self)
 
     def teardown(self, stage: str) -> None:
-        if getattr(self, "_threads_before", None) is not None:
-            torch.set_num_threads(self._threads_before)
-            self._threads_before = None
+        self._threads.exit()
 
     # ------------------------------------------------------------------------------------------------- the flow
     def move(self, obs: torch.Tensor, particles: torch.Tensor, steps: int, keep: Sequence[int] = (),
