@@ -134,3 +134,33 @@ def test_graceful_stop_and_resume_equals_uninterrupted(tmp_path, monkeypatch, na
     assert resumed.trainer.global_step == STOP_STEPS
     atol = TOLERANCE.get(name, (0.0, ""))[0]
     assert run_differences(tmp_path / "full", tmp_path / "part", atol=atol)[:8] == []
+
+
+# Twins whose `global_step` is not one optimizer step per batch, so the 6-step run above skips them: SOOPER takes ~14
+# optimizer steps per batch (actor, critics, dynamics ensemble), StageRoute's and T-Tamer's fits take none (a bandit's
+# statistics, a pass of exit-table statistics). They are stopped by a signal at the middle batch of a 2-epoch run and
+# resumed to its end; `max_steps` has no meaning for them.
+BATCH_UNITS = ("sooper", "stageroute", "ttamer")
+# Found by this test, not fixed yet; each reason names what to fix.
+BATCH_KNOWN = {
+    "sooper": "8 differences in the final state (log_alpha by 4.8e-7, ...): not yet told apart from kernel rounding",
+    "stageroute": "the stream's metric row of the stopping epoch's end is dropped on resume: its rows carry the "
+                  "stream's step while global_step stays 0, and MetricsAtCheckpoint keeps only rows below global_step",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.xfail(reason=BATCH_KNOWN[n], strict=False)]
+                                               if n in BATCH_KNOWN else []) for n in BATCH_UNITS])
+def test_graceful_stop_by_batch_and_resume_equals_uninterrupted(tmp_path, name):
+    run = [*STOP_OVERRIDES, "--data.init_args.data_dir", str(tmp_path / "data"), "--trainer.max_epochs", "2"]
+    full = fit_twin(name, tmp_path / "full", *run)
+    batches = full.trainer.fit_loop.epoch_loop.batch_progress.total.completed
+    if batches < 2:
+        pytest.skip(f"{name}: its fit is {batches} batch(es), nothing to stop inside")
+    send = json.dumps({"class_path": "tests.twin.SignalAtBatch", "init_args": {"batch": (batches - 1) // 2}})
+    part = fit_twin(name, tmp_path / "part", *run, "--trainer.callbacks+", send)
+    assert part.trainer.fit_loop.epoch_loop.batch_progress.total.completed < batches  # stopped inside the run
+    resumed = fit_twin(name, tmp_path / "part", *run, "--ckpt_path", "last")
+    assert resumed.trainer.global_step == full.trainer.global_step
+    assert run_differences(tmp_path / "full", tmp_path / "part")[:8] == []
