@@ -196,11 +196,19 @@ class SOOPER(BaseModule):
         super().on_save_checkpoint(checkpoint)
         checkpoint["sooper_replay"] = self.replay
         checkpoint["sooper_interventions"] = list(self.interventions)
+        # the minibatch / bootstrap / episode generators: a resumed run draws what the uninterrupted one drew next
+        checkpoint["sooper_rng"] = {"torch": self.gen.get_state(), "numpy": self.np_rng.bit_generator.state}
+        checkpoint["sooper_imagined"] = self.imagined  # the model-rollout buffer the SAC updates sample from
 
     def on_load_checkpoint(self, checkpoint) -> None:
         super().on_load_checkpoint(checkpoint)
         self.replay = checkpoint.get("sooper_replay", {})
         self.interventions = list(checkpoint.get("sooper_interventions", []))
+        self.imagined = checkpoint.get("sooper_imagined", {})
+        rng = checkpoint.get("sooper_rng")
+        if rng is not None:
+            self.gen.set_state(rng["torch"])
+            self.np_rng.bit_generator.state = rng["numpy"]
 
     # ----------------------------------------------------------------------------------------------- the prior
     def teardown(self, stage: str) -> None:
