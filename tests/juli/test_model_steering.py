@@ -8,18 +8,27 @@ from lit_iclr.juli.model import BiasNet, LoRAAdapters
 from lit_iclr.juli.steering import biasnet_loss, steer_chooser
 
 
+def _attached(model: nn.Module) -> LoRAAdapters:
+    """Rank-2 adapters on `model`'s q_proj with a non-zero B (so the update shows), attached."""
+    ad = LoRAAdapters(model, ("q_proj",), rank=2, alpha=4.0)
+    nn.init.normal_(ad.adapters["q_proj"].B)
+    ad.attach()
+    return ad
+
+
+def _merged(model: nn.Module, ad: LoRAAdapters, x: torch.Tensor) -> torch.Tensor:
+    """q_proj(x) with the adapters' update merged into its weight: W + (alpha / r) B A, computed without the hooks."""
+    return x @ ad.adapters["q_proj"].merged_weight(model["q_proj"].weight).T + model["q_proj"].bias
+
+
 def test_lora_hook_equals_merged_weight_and_detaches_cleanly():
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4))
     model = nn.ModuleDict({"q_proj": base[0], "out": base[2]})
     x = torch.randn(7, 6)
     before = model["q_proj"](x)
-    ad = LoRAAdapters(model, ("q_proj",), rank=2, alpha=4.0)
-    lora = ad.adapters["q_proj"]
-    nn.init.normal_(lora.B)
-    ad.attach()
-    merged = x @ lora.merged_weight(model["q_proj"].weight).T + model["q_proj"].bias
-    torch.testing.assert_close(model["q_proj"](x), merged)
+    ad = _attached(model)
+    torch.testing.assert_close(model["q_proj"](x), _merged(model, ad, x))
     ad.enabled = False
     torch.testing.assert_close(model["q_proj"](x), before)
     ad.enabled = True
@@ -35,15 +44,9 @@ def test_adapters_left_on_a_shared_model_by_a_fit_that_never_tore_down_are_repla
     model = nn.ModuleDict({"q_proj": nn.Linear(6, 5)})
     x = torch.randn(7, 6)
     before = model["q_proj"](x)
-    stale = LoRAAdapters(model, ("q_proj",), rank=2, alpha=4.0)
-    nn.init.normal_(stale.adapters["q_proj"].B)
-    stale.attach()  # never detached
-    fresh = LoRAAdapters(model, ("q_proj",), rank=2, alpha=4.0)
-    lora = fresh.adapters["q_proj"]
-    nn.init.normal_(lora.B)
-    fresh.attach()
-    merged = x @ lora.merged_weight(model["q_proj"].weight).T + model["q_proj"].bias
-    torch.testing.assert_close(model["q_proj"](x), merged)
+    _attached(model)  # never detached
+    fresh = _attached(model)
+    torch.testing.assert_close(model["q_proj"](x), _merged(model, fresh, x))
     assert len(model["q_proj"]._forward_hooks) == 1
     fresh.detach()
     torch.testing.assert_close(model["q_proj"](x), before)
