@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import tests.core.toy as toy  # registers the toy classes with the CLI
 from lit_iclr.cli import main
@@ -191,3 +192,57 @@ def test_a_max_steps_stop_without_checkpointing_writes_no_file(tmp_path, monkeyp
     trainer.fit(toy.ToyRegression(num_features=3), DataLoader(data, batch_size=4))
     assert trainer.global_step == 3
     assert list(tmp_path.rglob("*.ckpt")) == []
+
+
+class StepsPerBatchToy(toy.ToyRegression):
+    """The toy with `steps` optimizer steps a batch (manual optimization): 0 as a bandit's fit takes, 2 as an actor and
+    a critic do; it logs a row every batch and one at every epoch's end."""
+
+    def __init__(self, steps: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        loss = nn.functional.mse_loss(self(batch["x"]), batch["y"])
+        opt = self.optimizers()
+        for _ in range(self.hparams.steps):
+            opt.zero_grad()
+            self.manual_backward(nn.functional.mse_loss(self(batch["x"]), batch["y"]))
+            opt.step()
+        self.log("train/loss", loss)
+
+    def on_train_epoch_end(self):
+        self.log("train/epoch_weight", self.net[0].weight.detach().sum())
+
+    def configure_optimizers(self):
+        return self.optimizer(self.parameters())
+
+
+@pytest.mark.parametrize("steps", [0, 2])
+def test_a_stop_at_an_epochs_last_batch_keeps_its_epoch_row(tmp_path, steps):
+    """Metric rows are kept by the batch they belong to, not by `global_step`: a fit without optimizer steps (a bandit)
+    lost the row of the epoch in whose last batch it was stopped (its `global_step` stays 0)."""
+    data, limit = tmp_path / "d", ["--trainer.max_epochs", "2", *NO_VAL, "--model.init_args.steps", str(steps)]
+    model = ["--model", f"{__name__}.StepsPerBatchToy"]
+    fit(tmp_path / "full", data, *model, *limit)
+    stop = json.dumps({"class_path": "tests.twin.SignalAtBatch", "init_args": {"batch": 7}})  # epoch 0's 8th batch
+    fit(tmp_path / "part", data, *model, *limit, "--trainer.callbacks+", stop)
+    assert len([r for r in training_rows(tmp_path / "part") if "train/epoch_weight" in r]) == 1
+    fit(tmp_path / "part", data, *model, *limit, "--ckpt_path", "last")
+    assert run_differences(tmp_path / "full", tmp_path / "part") == []
+    assert len([r for r in training_rows(tmp_path / "part") if "train/epoch_weight" in r]) == 2
+
+
+def test_a_crash_resume_drops_the_rows_of_batches_trained_again(tmp_path):
+    """Two optimizer steps a batch, checkpoints every 2 batches, a crash as batch 7 starts: the crashed run's row of
+    batch 6 is trained again after the resume from batch 5's checkpoint. Kept by `global_step` (12), it stayed twice."""
+    data, limit = tmp_path / "d", ["--trainer.max_epochs", "1", *NO_VAL, "--model.init_args.steps", "2"]
+    model = ["--model", f"{__name__}.StepsPerBatchToy"]
+    fit(tmp_path / "full", data, *model, *limit)
+    every = ["--checkpoint.every_n_train_steps", "4"]  # global steps: every 2 batches
+    with pytest.raises(toy.Crash):
+        fit(tmp_path / "part", data, *model, *limit, *every, "--trainer.callbacks+",
+            json.dumps({"class_path": "tests.core.toy.CrashAtStep", "init_args": {"step": 14}}))
+    assert final_checkpoint(tmp_path / "part")["global_step"] == 12
+    fit(tmp_path / "part", data, *model, *limit, *every, "--ckpt_path", "last")
+    assert run_differences(tmp_path / "full", tmp_path / "part") == []

@@ -145,8 +145,6 @@ BATCH_UNITS = ("sooper", "stageroute", "ttamer")
 BATCH_KNOWN = {
     "sooper": "the prior cost critic ends 1.6e-3 off (two uninterrupted runs are equal): its minibatch generators and "
               "model-rollout buffer are checkpointed now; the remaining unsaved state is not found yet",
-    "stageroute": "the stream's metric row of the stopping epoch's end is dropped on resume: its rows carry the "
-                  "stream's step while global_step stays 0, and MetricsAtCheckpoint keeps only rows below global_step",
 }
 
 
