@@ -159,6 +159,7 @@ class SOOPER(BaseModule):
         self.log_alpha = torch.nn.Parameter(torch.tensor(float(np.log(init_alpha))))
         self.model = DynamicsEnsemble(obs_dim, action_dim, model_hidden or [128, 128], ensemble_size)
         self.register_buffer("prior_ready", torch.tensor(False))
+        self.register_buffer("model_pretrained", torch.tensor(False))  # the offline dynamics warm-up is done
         self.register_buffer("lagrange", torch.tensor(0.0))
         self.register_buffer("violations", torch.tensor(0))
         self.register_buffer("real_steps", torch.tensor(0))
@@ -202,6 +203,8 @@ class SOOPER(BaseModule):
 
     def on_load_checkpoint(self, checkpoint) -> None:
         super().on_load_checkpoint(checkpoint)
+        # checkpoints written before the flag existed: a run that had taken a step had done its warm-up
+        checkpoint["state_dict"].setdefault("model_pretrained", torch.tensor(checkpoint.get("global_step", 0) > 0))
         self.replay = checkpoint.get("sooper_replay", {})
         self.interventions = list(checkpoint.get("sooper_interventions", []))
         self.imagined = checkpoint.get("sooper_imagined", {})
@@ -227,8 +230,11 @@ class SOOPER(BaseModule):
             self.offline = {"observations": t["observations"], "actions": t["actions"], "rewards": t["rewards"],
                             "costs": t["costs"], "next_observations": t["next_observations"],
                             "cum_cost": torch.zeros(n), "disc": torch.ones(n)}
-            if self.global_step == 0:
+            # a flag restored with the weights, not `global_step`: Lightning calls on_fit_start before it restores the
+            # loops, so a resumed fit read global_step 0 and warmed the restored model up a second time
+            if not bool(self.model_pretrained):
                 self.update_model(self.optimizers(), self.hparams.model_pretrain_steps)
+                self.model_pretrained.fill_(True)
 
     PRIOR_NETS = ("prior", "prior_reward", "prior_cost", "prior_cost_target", "actor", "critic", "critic_target")
 

@@ -1,9 +1,12 @@
 """SOOPER end to end through the CLI (tiny twin), the real configs parse, and the shield on the real system."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 
 from lit_iclr.sooper.envs import make_task
 from lit_iclr.sooper.module import SOOPER
@@ -105,3 +108,29 @@ def test_prior_cache_is_written_once_and_read_back(tmp_path):
     for name in SOOPER.PRIOR_NETS:
         for a, b in zip(getattr(first, name).state_dict().values(), getattr(second, name).state_dict().values(), strict=True):
             torch.testing.assert_close(a, b)
+
+
+
+class CaptureAtTrainStart(Callback):
+    """Keeps the dynamics ensemble's weights and the minibatch generator's state as training starts."""
+
+    seen: dict = {}
+
+    def on_train_start(self, trainer, pl_module):
+        CaptureAtTrainStart.seen = {"model": {k: v.clone() for k, v in pl_module.model.state_dict().items()},
+                                    "gen": pl_module.gen.get_state().clone()}
+
+
+def test_a_resumed_fit_does_not_warm_the_dynamics_model_up_again(tmp_path):
+    """Lightning calls on_fit_start before it restores the loops, so `global_step` read 0 there on every resume: the
+    restored dynamics ensemble was trained another `model_pretrain_steps` on the offline data (and drew from the
+    minibatch generator), and the resumed run drifted from one never stopped. A resume must start from the
+    checkpoint's weights and generator state."""
+    fit_twin("sooper", tmp_path, "--trainer.max_epochs", "1")
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    fit_twin("sooper", tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", "last",
+             "--trainer.callbacks+", json.dumps({"class_path": f"{__name__}.CaptureAtTrainStart"}))
+    seen = CaptureAtTrainStart.seen
+    for k, v in seen["model"].items():
+        assert torch.equal(v, saved["state_dict"][f"model.{k}"]), k
+    assert torch.equal(seen["gen"], saved["sooper_rng"]["torch"])
