@@ -75,6 +75,15 @@ class ExitPolicies(BaseModule):
         self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
         self.register_buffer("smoothing_used", torch.full((), float("nan"), dtype=torch.float64))
 
+    def on_load_checkpoint(self, checkpoint) -> None:
+        # before the generic shape check: say which count differs, not which buffers
+        fitted = checkpoint.get("hyper_parameters", {}).get("stages")
+        if fitted is not None and fitted != self.hparams.stages:
+            raise ConfigError(f"the checkpoint's exit policies were fitted on a {fitted}-stage network, the exit tables "
+                              f"given have {self.hparams.stages} stages: test on tables of the network it was fitted "
+                              "on (data.init_args.root of its run's config.yaml), or fit the policies on these tables")
+        super().on_load_checkpoint(checkpoint)
+
     def configure_optimizers(self):
         return None
 

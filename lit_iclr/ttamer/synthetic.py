@@ -12,7 +12,7 @@ import itertools
 
 import torch
 
-from .policies import MarkovModel
+from .policies import MarkovModel, level_index, value_grid
 
 
 def doubling_instance(stages: int, eps: float = 0.0) -> MarkovModel:
@@ -29,7 +29,8 @@ def enumerate_optimum(model: MarkovModel, lam: float, recall: bool) -> float:
     """Best objective over every deterministic history-dependent stopping rule, by brute force (small instances only).
 
     A history is the tuple of bins seen so far; a rule is one stop/continue bit per history of length 1..S-1. Each rule
-    is scored exactly over all bin paths weighted by their probability.
+    is scored exactly over all bin paths weighted by their probability. With recall and a model carrying calibrated
+    stop values, stopping after stage k in bin b with running best m pays `stop_value[k, b, level of m]` instead of m.
     """
     s, b = model.q.shape
     histories = [h for k in range(1, s) for h in itertools.product(range(b), repeat=k)]
@@ -51,6 +52,12 @@ def enumerate_optimum(model: MarkovModel, lam: float, recall: bool) -> float:
             while k < s - 1 and bits[index[p[:k + 1]]]:
                 k += 1
             vals = [float(model.q[i, p[i]]) for i in range(k + 1)]
-            total += w * ((max(vals) if recall else vals[-1]) - lam * float(cum[k]))
+            if recall and model.stop_value is not None:
+                grid = value_grid(model)
+                level = int(level_index(torch.tensor([max(vals)], dtype=torch.float64), grid)[0])
+                out = float(model.stop_value[k, p[k], level])
+            else:
+                out = max(vals) if recall else vals[-1]
+            total += w * (out - lam * float(cum[k]))
         best = max(best, total)
     return best

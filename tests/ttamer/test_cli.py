@@ -10,15 +10,15 @@ from lit_iclr.ttamer.exits import ExitTable
 from tests.twin import fit_twin, metric_rows, print_config, twin_config
 
 
-def write_tables(folder, n=600, seed=0):
-    """Exits of a synthetic 3-stage network: deeper stages are right more often, with some overthinking."""
+def write_tables(folder, n=600, seed=0, stages=3):
+    """Exits of a synthetic network (3 stages by default): deeper stages are right more often, with some overthinking."""
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 5, (n,), generator=g)
-    logits = torch.randn(n, 3, 5, generator=g)
-    for k, strength in enumerate((1.0, 2.0, 3.0)):
-        logits[torch.arange(n), k, labels] += strength * torch.rand(n, generator=g) * 2
+    logits = torch.randn(n, stages, 5, generator=g)
+    for k in range(stages):
+        logits[torch.arange(n), k, labels] += (k + 1.0) * torch.rand(n, generator=g) * 2
     folder.mkdir(parents=True, exist_ok=True)
-    cost = torch.tensor([1.0, 0.5, 0.5], dtype=torch.float64)
+    cost = torch.tensor([1.0] + [0.5] * (stages - 1), dtype=torch.float64)
     for name, sl in (("calibration", slice(0, n // 2)), ("test", slice(n // 2, n))):
         ExitTable(logits[sl], labels[sl], cost, "nested").save(folder / f"{name}.npz")
 
@@ -37,9 +37,21 @@ def test_policies_fit_and_score_through_the_cli(tmp_path):
 
 
 def test_stage_count_mismatch_is_refused(tmp_path, capsys):
-    write_tables(tmp_path / "exits")
-    dm = ExitTableData(root=str(tmp_path / "exits"))
-    assert dm.stages == 3 and dm.source == "nested"
+    """Policies fitted on a 3-stage network, then `test` on a 4-stage network's tables: one line naming both counts
+    and the fix, before any policy runs."""
+    write_tables(tmp_path / "exits3")
+    write_tables(tmp_path / "exits4", stages=4)
+    assert ExitTableData(root=str(tmp_path / "exits4")).stages == 4
+    fit_twin("ttamer", tmp_path, "--data.init_args.root", str(tmp_path / "exits3"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["test", "--config", twin_config("ttamer"), "--data.init_args.root", str(tmp_path / "exits4"),
+              "--trainer.default_root_dir", str(tmp_path / "t"),
+              "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "fitted on a 3-stage network" in err and "have 4 stages" in err and "Traceback" not in err
+    assert not list((tmp_path / "t").rglob("metrics.csv"))  # nothing scored
 
 
 def test_real_configs_parse(capsys):

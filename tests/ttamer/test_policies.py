@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,10 +11,12 @@ from lit_iclr.ttamer.policies import (
     MarkovModel,
     dp_policy,
     expected_value,
+    level_index,
     oracle_policy,
     pandora_policy,
     reservation_values,
     threshold_policy,
+    value_grid,
 )
 from lit_iclr.ttamer.synthetic import doubling_instance, enumerate_optimum
 
@@ -33,6 +36,51 @@ def test_dynamic_programs_equal_brute_force_over_all_policies(seed, recall):
     model = random_instance(seed)
     for lam in (0.0, 1.0, 5.0):
         assert math.isclose(expected_value(model, lam, recall), enumerate_optimum(model, lam, recall), abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_recall_dp_with_calibrated_stop_values_equals_brute_force(seed):
+    """The recall DP as served (stop values estimated on calibration queries, not the running best m) against every
+    history-dependent stopping rule paying the same stop values: a stop value that is not a function of m alone
+    (here random) still has the DP's optimum."""
+    model = random_instance(seed)
+    s, b = model.q.shape
+    g = torch.Generator().manual_seed(50 + seed)
+    model.stop_value = torch.rand(s, b, s * b + 1, generator=g, dtype=torch.float64)
+    for lam in (0.0, 1.0, 5.0):
+        assert math.isclose(expected_value(model, lam, True), enumerate_optimum(model, lam, True), abs_tol=1e-12)
+    assert not math.isclose(expected_value(model, 0.0, True), enumerate_optimum(replace(model, stop_value=None), 0.0,
+                                                                                 True), abs_tol=1e-6)
+
+
+def test_calibrated_stop_values_are_the_shrunk_accuracies_of_their_states():
+    """`MarkovModel.estimate(..., correct=...)`: the stop value of state (k, b, j) is the larger of the best-so-far
+    answer's and the current answer's calibration accuracy among the queries in that state, each shrunk toward its
+    model value with `prior_weight` pseudo-queries; recomputed here query by query."""
+    g = torch.Generator().manual_seed(3)
+    n, s, b, w = 400, 3, 3, 5.0
+    bins = torch.randint(0, b, (n, s), generator=g)
+    correct = torch.rand(n, s, generator=g) < 0.3 + 0.2 * bins
+    values = correct.double()
+    model = MarkovModel.estimate(bins, values, torch.ones(s, dtype=torch.float64), b, correct=correct, prior_weight=w)
+    grid = value_grid(model)
+    stats: dict[tuple[int, int, int], list[float]] = {}
+    for i in range(n):
+        best, arg = -1.0, 0
+        for k in range(s):
+            v = float(model.q[k, bins[i, k]])
+            if v > best:
+                best, arg = v, k
+            j = int(level_index(torch.tensor([best], dtype=torch.float64), grid)[0])
+            row = stats.setdefault((k, int(bins[i, k]), j), [0.0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += float(correct[i, arg])
+            row[2] += float(correct[i, k])
+    for (k, bb, j), (cnt, right_best, right_cur) in stats.items():
+        r_best = (right_best + w * float(grid[j])) / (cnt + w)
+        r_cur = (right_cur + w * float(model.q[k, bb])) / (cnt + w)
+        assert float(model.stop_value[k, bb, j]) == pytest.approx(max(r_best, r_cur), abs=1e-12)
+        assert bool(model.answer_current[k, bb, j]) == (r_cur > r_best)
 
 
 @pytest.mark.parametrize("stages", [2, 3])
