@@ -78,7 +78,7 @@ def testbed_args(testbed: str) -> tuple[dict, dict]:
 
 
 def run(seed: int, out: Path, epochs: int, families, data_dir: str, only: list[str] | None = None,
-        testbed: str = "default") -> None:
+        testbed: str = "default", overrides: dict | None = None) -> None:
     import lightning as L
     import torch
 
@@ -86,6 +86,7 @@ def run(seed: int, out: Path, epochs: int, families, data_dir: str, only: list[s
 
     torch.set_num_threads(1)
     data_kw, model_kw = testbed_args(testbed)
+    overrides = overrides or {}
     dm = CUBConcepts(data_dir=data_dir, **data_kw)
     dm.prepare_data()
     dm.setup("fit")
@@ -95,9 +96,11 @@ def run(seed: int, out: Path, epochs: int, families, data_dir: str, only: list[s
     if only:
         todo = [t for t in configs(FAMILIES) if f"{t[0]}:{t[1]}" in only]
     for fam, variant, kw in todo:
+        label = variant + ("@" + ",".join(f"{k}={v}" for k, v in overrides.items()) if overrides else "")
         done = {(r["family"], r["variant"]) for r in map(json.loads, path.read_text().splitlines())} if path.exists() else set()
-        if (fam, variant) in done:  # re-read each time: several processes may share a seed's file
+        if (fam, label) in done:  # re-read each time: several processes may share a seed's file
             continue
+        kw, variant = {**kw, **overrides}, label  # a `--set` knob: the rows carry the setting in their name
         L.seed_everything(seed, verbose=False)
         model = CIBM(input_shape=dm.input_shape, num_concepts=dm.num_concepts, num_classes=dm.num_classes,
                      concept_groups=dm.concept_groups, **{**model_kw, **kw})
@@ -135,6 +138,7 @@ def report(out: Path, fig_dir: Path | None) -> None:
             seen.add(key)
             by.setdefault((r["family"], r["variant"]), []).append(r)
     order = [(f, v) for f, v, _ in configs(FAMILIES) if (f, v) in by]
+    order += [k for k in sorted(by) if k not in order]  # `--set` variants
     seeds = sorted({r["seed"] for r in rows})
     print(f"seeds: {seeds}; {len(seen)} runs\n")
     print("| family | variant | task acc % | concept acc % | OIS x100 | NIS x100 | class leakage (pts) | I_hat(X;C) nats "
@@ -165,13 +169,15 @@ def report(out: Path, fig_dir: Path | None) -> None:
             for key in ("acc", "ois", "nis", "leakage"):
                 cells.append(str(paired_ci([100 * r[key] for r in rs], [100 * base[r["seed"]][key] for r in rs])))
             print(f"| {f} | {v} | " + " | ".join(cells) + " |")
-    # the IB term alone: IB_B against the same stochastic joint model without it
+    # the IB term alone: IB_B (and its `--set` variants) against the same stochastic joint model without it
     stoch = {r["seed"]: r for r in by.get(("joint", "stoch_noIB"), [])}
-    rs = [r for r in by.get(("joint", "IB_B"), []) if r["seed"] in stoch]
-    if rs:
+    for (f, v), runs in sorted(by.items()):
+        rs = [r for r in runs if r["seed"] in stoch]
+        if f != "joint" or not v.startswith("IB_B") or v == "IB_B_flipped" or not rs:
+            continue
         cells = [str(paired_ci([100 * r[key] for r in rs], [100 * stoch[r["seed"]][key] for r in rs]))
                  for key in ("acc", "ois", "nis", "leakage")]
-        print("| joint | IB_B - stoch_noIB | " + " | ".join(cells) + " |")
+        print(f"| joint | {v} - stoch_noIB | " + " | ".join(cells) + " |")
     mi_table(by, order)
     if fig_dir is not None:
         figures(by, fig_dir)
@@ -270,6 +276,18 @@ def diagnostics() -> None:
         print(f"| {sigma} | {true:.2f} | " + " | ".join(cells) + f" | {np.mean(grad):.1e} | {np.mean(jensen):.3g} |")
 
 
+def parse_set(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: write KEY=VALUE, e.g. --set mi_const=30")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -284,6 +302,8 @@ def main() -> None:
     p.add_argument("--no-figures", action="store_true", help="with --report: tables only (keep the figures of another run)")
     p.add_argument("--testbed", choices=sorted(TESTBEDS), default="default",
                    help="leakage: the data and model settings of configs/cibm_leakage.yaml")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="CIBM init args for every variant run (a scale knob, e.g. mi_const=30); values read as YAML")
     args = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.diagnostics:
@@ -293,7 +313,7 @@ def main() -> None:
         report(args.out, None if args.no_figures else args.figures)
         return
     for s in args.seeds:
-        run(s, args.out, args.epochs, args.families, args.data_dir, args.only, args.testbed)
+        run(s, args.out, args.epochs, args.families, args.data_dir, args.only, args.testbed, parse_set(args.set))
 
 
 if __name__ == "__main__":
