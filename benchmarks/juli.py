@@ -163,6 +163,10 @@ def table(results: list[dict], names: list[str]) -> str:
                        ("second_first", "rank-2 opening, then greedy"), ("biasnet", "BiasNet (JULI)")):
         lines.append(f"| {label} | {fmt([x[f'violation/{who}'] for x in d])} "
                      f"| {fmt([x.get(f'opening/{who}', float('nan')) for x in d])} | {fmt([x[f'ppl/{who}'] for x in d])} |")
+    if all("violation/fixed_rank_best" in x for x in d):  # the non-learned client: one fixed rank-r opening
+        best_r = ", ".join(f"{x['fixed_rank_best_r']:.0f}" for x in d)
+        lines.append(f"| best fixed rank-r opening, r = 1..k chosen on these requests (r per seed: {best_r}) "
+                     f"| {fmt([x['violation/fixed_rank_best'] for x in d])} | n/a | n/a |")
     reach = " | ".join(fmt([r["reachable"][k] for r in results]) for k in REACH_K)
     lines += ["", "Ceiling of any top-k client (revealing reply inside the true top-k at every position):", "",
               "| " + " | ".join(f"k={k}" for k in REACH_K) + " |", "|" + "---|" * len(REACH_K), f"| {reach} |"]
@@ -175,6 +179,9 @@ def table(results: list[dict], names: list[str]) -> str:
     lines.append(f"- BiasNet - plain decoding at k=5: {paired_ci(base, [x['violation/plain'] for x in d])}")
     lines.append(f"- BiasNet - random candidate at k=5: {paired_ci(base, [x['violation/random'] for x in d])}")
     lines.append(f"- BiasNet - rank-2 opening at k=5: {paired_ci(base, [x['violation/second_first'] for x in d])}")
+    if all("violation/fixed_rank_best" in x for x in d):
+        lines.append("- BiasNet - best fixed rank-r opening at k=5: "
+                     f"{paired_ci(base, [x['violation/fixed_rank_best'] for x in d])}")
     for name in names:
         if name != "k=5 (paper)":
             other = [r["settings"][name]["violation/biasnet"] for r in results]
