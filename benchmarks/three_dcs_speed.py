@@ -82,10 +82,9 @@ def write_groups(path: Path, n_scans: int, scan_len: int, n_stereo: int, n_windo
         centres = rng.normal(size=(n_iso, dim))
         arrays |= {f"chirality/{k}/y": y, f"chirality/{k}/Z": 0.5 * centres[y] + rng.normal(size=(len(y), dim))}
     for k in range(n_windows):
-        t = np.arange(window)
         state = np.cumsum(rng.normal(size=(window, 3)), 0) / np.sqrt(window)
         E = 3.0 * np.sin(state).sum(1) + 0.1 * rng.normal(size=window)
-        arrays |= {f"energy/{k}/E": E + 0.0 * t,
+        arrays |= {f"energy/{k}/E": E,
                    f"energy/{k}/Z": 1.0 + state @ rng.normal(size=(3, dim)) + 0.5 * rng.normal(size=(window, dim))}
     np.savez(path, **arrays)
     return path
