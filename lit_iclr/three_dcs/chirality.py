@@ -38,12 +38,15 @@ PRESETS = {
     "paper": ChiralitySpec(nn1_tie_aware=False, dbi_centroid=False, unsup_on_delta=False, hopkins_normalised=False,
                            hopkins_supervised_only=False),
     "v2": ChiralitySpec(),
+    # the released package (three_dbench 0.1.0, evaluate_en_separation): the paper path with k <= 10 in the k-means scan
+    "release": ChiralitySpec(nn1_tie_aware=False, dbi_centroid=False, unsup_on_delta=False, hopkins_normalised=False,
+                             hopkins_supervised_only=False, unsup_kmax=10),
 }
 
 
 def chirality_spec(version: str = "paper", **overrides) -> ChiralitySpec:
     if version not in PRESETS:
-        raise ValueError(f"metric version must be 'paper' or 'v2', got {version!r}")
+        raise ValueError(f"metric version must be one of {tuple(PRESETS)}, got {version!r}")
     return replace(PRESETS[version], **{k: v for k, v in overrides.items() if v is not None})
 
 

@@ -42,11 +42,12 @@ PRESETS = {
                         ts_consecutive=False, ks_normalised=False),
     "v2": EnergySpec(),
 }
+PRESETS["release"] = PRESETS["paper"]  # the released package (three_dbench 0.1.0, traj/evaluation.py) is the paper path
 
 
 def energy_spec(version: str = "paper", **overrides) -> EnergySpec:
     if version not in PRESETS:
-        raise ValueError(f"metric version must be 'paper' or 'v2', got {version!r}")
+        raise ValueError(f"metric version must be one of {tuple(PRESETS)}, got {version!r}")
     return replace(PRESETS[version], **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -70,11 +71,13 @@ def ejs(dE: np.ndarray, delta: np.ndarray, lam: float, sigma: float) -> tuple[fl
 
 def ts_all_pairs(E: np.ndarray, dE: np.ndarray, delta: np.ndarray, seed: int = 0, max_pairs: int = 200_000) -> float:
     """Paper TS over all pairs with `dE >= 0.2 Q~_E`: mean `exp(-(Delta / Q_Z) / (dE / Q~_E + eps))`, where Q~_E is the
-    0.9-quantile of |E_i - E_j| over up to 200k random pairs (i < j kept, `default_rng(0)`) and Q_Z that of Delta."""
+    0.9-quantile of |E_i - E_j| over min(200k, n(n-1)/2) random pairs (i < j kept, `default_rng(0)`) and Q_Z that of
+    Delta (three_dbench `_q90_absdiff_energy`: a window under 633 frames draws n(n-1)/2 pairs, not 200k)."""
     n = len(E)
     rng = np.random.default_rng(seed)
-    i = rng.integers(0, n - 1, size=max_pairs)
-    j = rng.integers(1, n, size=max_pairs)
+    m = min(max_pairs, n * (n - 1) // 2)
+    i = rng.integers(0, n - 1, size=m)
+    j = rng.integers(1, n, size=m)
     keep = i < j
     q_e = float(np.quantile(np.abs(E[i[keep]] - E[j[keep]]), 0.9)) + EPS
     q_z = float(np.quantile(delta, 0.9)) + EPS
@@ -98,18 +101,21 @@ def energy_metrics(E: np.ndarray, Delta: np.ndarray, spec: EnergySpec) -> dict[s
         Delta = Delta.astype(np.float16).astype(np.float64)
     dE_mat = np.abs(E[:, None] - E[None, :])
     dE, x = condensed(dE_mat), condensed(Delta)
-    dE_rank = dE.astype(np.float32) if spec.low_precision else dE
+    # paper: the reference |dE| matrix as stored (float32) in the correlations, CKA and isotonic R^2; EJS, ROC, TS and
+    # KS recompute |dE| from E in float64
+    ref_mat = dE_mat.astype(np.float32).astype(np.float64) if spec.low_precision else dE_mat
+    ref = condensed(ref_mat)
     nan = float("nan")
     out: dict[str, float] = {}
     const = np.ptp(x) == 0 or np.ptp(dE) == 0
-    out["spearman"] = nan if const else float(spearmanr(dE_rank, x)[0])
-    out["kendall"] = nan if const else float(kendalltau(dE_rank, x)[0])
+    out["spearman"] = nan if const else float(spearmanr(ref, x)[0])
+    out["kendall"] = nan if const else float(kendalltau(ref, x)[0])
     if spec.cka_shared_sigma:
-        sa = sb = median_sigma(np.concatenate([dE, x]))
+        sa = sb = median_sigma(np.concatenate([ref, x]))
     else:
-        sa, sb = median_sigma(dE), median_sigma(x)
-    out["cka_rbf"] = centred_cka(rbf_kernel(dE_mat, sa), rbf_kernel(Delta, sb))
-    out["iso_R2"] = isotonic_r2(x, dE, guard=True) if spec.isor2_energy_on_model else isotonic_r2(dE, x, guard=False)
+        sa, sb = median_sigma(ref), median_sigma(x)
+    out["cka_rbf"] = centred_cka(rbf_kernel(ref_mat, sa), rbf_kernel(Delta, sb))
+    out["iso_R2"] = isotonic_r2(x, dE, guard=True) if spec.isor2_energy_on_model else isotonic_r2(ref, x, guard=False)
     sigma = jump_scale(dE, spec.ejs_sigma)
     for lam in LAMBDAS:
         tag = f"{lam:g}".replace(".", "p")

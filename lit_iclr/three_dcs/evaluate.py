@@ -124,9 +124,11 @@ def score(bench: Benchmark, embed: Callable | None = None, files: dict | None = 
             Z = Z_of(g, "traj")
             n += len(g.mols)
             spec = dataclasses.replace(base, time_ordered=base.time_ordered and g.extra.get("time_ordered", True))
+            # low precision (paper, release): Delta computed and stored as the reference evaluator does
+            stored = "stored_half_cosine" if spec.low_precision and energy_distance == "half_cosine" else energy_distance
             for s in window_starts(len(g.energies), n_windows, window, window_seed):
                 sl = slice(int(s), int(s) + window)
-                rows.append(energy_metrics(g.energies[sl], _distance(Z[sl], energy_distance), spec))
+                rows.append(energy_metrics(g.energies[sl], _distance(Z[sl], stored), spec))
         out["rows"]["energy"], out["seconds"]["energy"], out["conformers"]["energy"] = rows, time.perf_counter() - t, n
     return out
 
@@ -181,7 +183,8 @@ def main(argv=None) -> int:
     p.add_argument("--rmd17-split", default=None, help="split file splits/index_<split>.csv, e.g. test_01")
     p.add_argument("--rmd17-frames", type=int, default=None, help="first N frames per molecule (of the split)")
     p.add_argument("--embeddings", required=True, help="folder with rotation.npz / chirality.npz / traj.npz")
-    p.add_argument("--metric-version", default="paper", choices=("paper", "v2"))
+    p.add_argument("--metric-version", default="paper", choices=("paper", "v2", "release"),
+                   help="paper: the published tables; v2: the paper text (App. C); release: three_dbench 0.1.0's code")
     a = p.parse_args(argv)
     if a.root is None and a.rmd17 is None:
         p.error("give --root (a 3DCS folder), --rmd17 (an rMD17 folder), or both")

@@ -2,8 +2,8 @@
 
 Metrics of Table 1 (keys of the reference outputs): Spearman `A1_spearman`, Kendall `A2_kendall`, RBF-CKA `G_cka_rbf`,
 isotonic R^2 `J_isotonic_R2`, LIE@k `H_LIE@k`, Torsion-SP `torsion_sp`, angular smoothness `AS`. Two versions:
-`paper` reproduces the published runs, `v2` follows the paper text (App. C.3/C.4); every difference is a field of
-`GeometrySpec`, so each can be switched on its own.
+`paper` reproduces the published runs, `v2` follows the paper text (App. C.3/C.4), `release` the released package's
+code (three_dbench 0.1.0); every difference is a field of `GeometrySpec`, so each can be switched on its own.
 """
 from __future__ import annotations
 
@@ -48,13 +48,18 @@ PRESETS = {
                           as_variant="median_halfdelta_circular", cka="paper_run", isor2="reference_on_model",
                           isor2_guard=False, kendall_min_conformers=11),
     "v2": GeometrySpec(),
+    # the released package (three_dbench 0.1.0, rotation/evaluation.py + common/metrics.py): its shared CKA, LIE on
+    # 1 - cos, mean AS without halving, isotonic fit of Delta on D, Kendall for every molecule
+    "release": GeometrySpec(lie_k=10, lie_include_self=True, lie_unit_range=False, lie_min_conformers=2,
+                            as_variant="mean_delta_circular", cka="median_2sigma2", isor2="model_on_reference",
+                            isor2_guard=True, kendall_min_conformers=0),
 }
 
 
 def geometry_spec(version: str = "paper", **overrides) -> GeometrySpec:
-    """The preset of `version` (`paper` | `v2`) with single definitions overridden (e.g. `lie_k=5`)."""
+    """The preset of `version` (`paper` | `v2` | `release`) with single definitions overridden (e.g. `lie_k=5`)."""
     if version not in PRESETS:
-        raise ValueError(f"metric version must be 'paper' or 'v2', got {version!r}")
+        raise ValueError(f"metric version must be one of {tuple(PRESETS)}, got {version!r}")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("as_variant", AS_VARIANTS[0]) not in AS_VARIANTS:
         raise ValueError(f"as_variant must be one of {AS_VARIANTS}")

@@ -19,7 +19,7 @@ class ConformerEncoder(BaseModule):
     def __init__(self, encoder: Literal["schnet", "painn"] = "schnet", hidden: int = 64, n_interactions: int = 3,
                  n_rbf: int = 32, cutoff: float = 5.0, extensive: bool = True,
                  optimizer: OptimizerCallable = lambda p: torch.optim.Adam(p, lr=1e-3), gce_every_n_epochs: int = 1,
-                 metric_version: Literal["paper", "v2"] = "paper", unsup_kmax: int | None = 10,
+                 metric_version: Literal["paper", "v2", "release"] = "paper", unsup_kmax: int | None = 10,
                  energy_window: int = 50, plot: bool = True):
         """
         Args:
@@ -31,7 +31,8 @@ class ConformerEncoder(BaseModule):
             extensive: Sum (extensive target, energy) or mean (intensive, gap) readout (linked from the data).
             optimizer: Optimizer factory.
             gce_every_n_epochs: Score the embedding on the 3DCS benchmark every this many validation epochs (0: never).
-            metric_version: 3DCS metric definitions, `paper` (published tables) or `v2` (paper text).
+            metric_version: 3DCS metric definitions, `paper` (published tables), `v2` (paper text) or `release` (the
+                released three_dbench 0.1.0 code).
             unsup_kmax: Largest k of the unsupervised-silhouette scan (null: n - 1 as in the published run).
             energy_window: Frames per trajectory window of the energy axis.
             plot: Log the distance-vs-torsion figure with each GCE evaluation.
