@@ -304,10 +304,10 @@ def main():
 
     if "image" in results:
         headline(results["image"])
-    if "lm" in results:
-        lm_headline(results["lm"])
         if any(v in results["image"] for v in SWEEP):
             sweep_table(results["image"])
+    if "lm" in results:
+        lm_headline(results["lm"])
 
     # ---- claim (ii): complex momentum reaches a training loss in fewer steps
     print("\n## Steps to reach a training loss (EMA 0.9); threshold = loss NAMEx-without-momentum reaches at 50 % "
