@@ -1,8 +1,12 @@
-"""HEAPr vs baselines on the default Qwen2-MoE LM (offline Wikipedia), cost vs width, pruned vs dense throughput.
+"""HEAPr vs baselines on small MoE LMs (offline Wikipedia), cost vs width, pruned vs dense throughput.
 
-    .venv/bin/python benchmarks/heapr.py [--ckpt runs/heapr/<stamp>/checkpoints/last.ckpt] [--quick]
+    .venv/bin/python benchmarks/heapr.py --toy --train-seeds 3    # the headline: configs/heapr.yaml's Mixtral layout
+    .venv/bin/python benchmarks/heapr.py [--ckpt runs/heapr_qwen2_shared/<stamp>/checkpoints/last.ckpt] [--quick]
 
-1. A dense model: the `fit` checkpoint given by --ckpt, or trained here with the default config's sizes (cached in
+--toy: the model of configs/heapr.yaml (no shared expert: the routed experts are every MLP), several trained models.
+Without --toy, the earlier Qwen2-MoE testbed with a shared expert (configs/heapr_qwen2_shared.yaml):
+
+1. A dense model: the `fit` checkpoint given by --ckpt, or trained here with that config's sizes (cached in
    benchmarks/out/heapr/dense.pt).
 2. One calibration pass on the held-out `calib` split (gradients for HEAPr, block inputs for NAEE), shared by all
    methods; then for every ratio and method: prune a copy, measure test perplexity, zero-shot 12-way topic accuracy,
@@ -51,8 +55,8 @@ def label(method: str, averaging: str) -> str:
     return names[method] + (" (freq.-weighted)" if averaging == "frequency" else "")
 
 
-def train_dense(dm, steps: int, log, sizes: dict = SIZES) -> torch.nn.Module:
-    torch.manual_seed(0)
+def train_dense(dm, steps: int, log, sizes: dict = SIZES, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)  # the initialisation (the data order is the loader's own)
     model = build_moe_lm(**sizes)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -77,18 +81,19 @@ def train_dense(dm, steps: int, log, sizes: dict = SIZES) -> torch.nn.Module:
     return model.eval()
 
 
-def load_dense(args, dm, log, sizes: dict = SIZES) -> torch.nn.Module:
+def load_dense(args, dm, log, sizes: dict = SIZES, seed: int = 0) -> torch.nn.Module:
     if args.ckpt and sizes is SIZES:
         state = torch.load(args.ckpt, map_location="cpu", weights_only=True)["state_dict"]
         model = build_moe_lm(**SIZES)
         model.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
         return model.eval()
-    cache = OUT / (f"dense-{args.train_steps}.pt" if sizes is SIZES else f"dense-{sizes['arch']}-{args.train_steps}.pt")
+    name = f"dense-{args.train_steps}" if sizes is SIZES else f"dense-{sizes['arch']}-{args.train_steps}"
+    cache = OUT / (f"{name}.pt" if seed == 0 else f"{name}-s{seed}.pt")  # seed 0 keeps the earlier cache name
     if cache.exists():
         model = build_moe_lm(**sizes)
         model.load_state_dict(torch.load(cache, weights_only=True))
         return model.eval()
-    model = train_dense(dm, args.train_steps, log, sizes)
+    model = train_dense(dm, args.train_steps, log, sizes, seed)
     torch.save(model.state_dict(), cache)
     return model
 
@@ -119,36 +124,43 @@ def quality(args, dm, log) -> tuple[list[dict], dict]:
 
 
 def expert_toy(args, dm, log) -> dict:
-    """The Mixtral-layout model (routed experts are every MLP): all methods at each ratio, one calibration per seed
-    (a random draw of `calib_sequences` held-out sequences); calibration-free scores run once."""
+    """The Mixtral-layout model (routed experts are every MLP): all methods at each ratio.
+
+    With `--train-seeds 1`, one trained model and `--calib-seeds` random draws of `calib_sequences` held-out
+    sequences (calibration-free scores run once). With `--train-seeds n > 1`, n models trained from different
+    initialisations, each calibrated on its own draw (draw seed = model seed): the spread then holds training and
+    calibration variance, and the paired differences are over trained models."""
     from torch.utils.data import DataLoader, Subset
 
-    dense = unfuse_experts(load_dense(args, dm, log, TOY_SIZES))
     test = dm.test_dataloader()
-    t0 = time.perf_counter()
-    out = {"dense": perplexity(dense, test), "rows": []}
-    gone = copy.deepcopy(dense)
-    prune_model(gone, None, 0.999, "magnitude")  # (almost) every routed atom removed: what the experts carry
-    out["no_experts"] = perplexity(gone, test)
-    log(f"toy dense ppl {out['dense']:.2f}; 99.9 % of routed atoms removed: {out['no_experts']:.2f} "
-        f"({time.perf_counter() - t0:.0f}s)")
     calib_set = dm.lm_dataset("calib")
-    for seed in range(args.calib_seeds):
-        idx = torch.randperm(len(calib_set), generator=torch.Generator().manual_seed(seed))[: args.calib_sequences]
-        loader = DataLoader(Subset(calib_set, idx.tolist()), batch_size=8)
-        calib = calibrate(copy.deepcopy(dense), loader, with_gradients=True, collect_inputs=True)
-        for ratio in args.ratios:
-            for method, averaging in METHODS:
-                if method == "magnitude" and seed > 0:
-                    continue
-                model = copy.deepcopy(dense)
-                rep, _ = prune_model(model, None, ratio, method, averaging, seed=seed, calib=calib)
-                row = {"seed": seed, "method": method, "averaging": averaging, "ratio": ratio,
-                       "achieved": rep.achieved_ratio, "ppl": perplexity(model, test)}
-                out["rows"].append(row)
-                log(f"  seed {seed} {ratio:.2f} {label(method, averaging):34s} ppl {row['ppl']:8.2f} "
-                    f"achieved {row['achieved']:.3f}")
-        (OUT / f"results-toy{args.tag}.json").write_text(json.dumps(out))
+    multi = args.train_seeds > 1
+    out = {"train_seeds": args.train_seeds, "dense": [], "no_experts": [], "rows": []}
+    for model_seed in range(args.train_seeds):
+        t0 = time.perf_counter()
+        dense = unfuse_experts(load_dense(args, dm, log, TOY_SIZES, model_seed))
+        out["dense"].append(perplexity(dense, test))
+        gone = copy.deepcopy(dense)
+        prune_model(gone, None, 0.999, "magnitude")  # (almost) every routed atom removed: what the experts carry
+        out["no_experts"].append(perplexity(gone, test))
+        log(f"toy model {model_seed}: dense ppl {out['dense'][-1]:.2f}; 99.9 % of routed atoms removed: "
+            f"{out['no_experts'][-1]:.2f} ({time.perf_counter() - t0:.0f}s)")
+        for seed in [model_seed] if multi else range(args.calib_seeds):
+            idx = torch.randperm(len(calib_set), generator=torch.Generator().manual_seed(seed))[: args.calib_sequences]
+            loader = DataLoader(Subset(calib_set, idx.tolist()), batch_size=8)
+            calib = calibrate(copy.deepcopy(dense), loader, with_gradients=True, collect_inputs=True)
+            for ratio in args.ratios:
+                for method, averaging in METHODS:
+                    if method == "magnitude" and seed > 0 and not multi:  # calibration-free: once per model
+                        continue
+                    model = copy.deepcopy(dense)
+                    rep, _ = prune_model(model, None, ratio, method, averaging, seed=seed, calib=calib)
+                    row = {"seed": seed, "model_seed": model_seed, "method": method, "averaging": averaging,
+                           "ratio": ratio, "achieved": rep.achieved_ratio, "ppl": perplexity(model, test)}
+                    out["rows"].append(row)
+                    log(f"  model {model_seed} calib {seed} {ratio:.2f} {label(method, averaging):34s} "
+                        f"ppl {row['ppl']:8.2f} achieved {row['achieved']:.3f}")
+            (OUT / f"results-toy{args.tag}.json").write_text(json.dumps(out))
     return out
 
 
@@ -160,8 +172,10 @@ def toy_tables(out: dict) -> str:
         per = {r["seed"]: r for r in rows if (r["method"], r["averaging"], r["ratio"]) == (method, averaging, ratio)}
         return [per.get(s, per.get(0)) for s in seeds] if per else []  # magnitude: calibration-free, seed 0 for all
 
-    lines = [f"Dense test perplexity {out['dense']:.2f}; with 99.9 % of the routed atoms removed {out['no_experts']:.2f}. "
-             f"Cells: perplexity mean ± std over calibration seeds {seeds[0]}-{seeds[-1]} (achieved removed fraction "
+    over = (f"{len(seeds)} trained models (each with its own calibration draw)" if out.get("train_seeds", 1) > 1
+            else f"calibration seeds {seeds[0]}-{seeds[-1]}")
+    lines = [f"Dense test perplexity {_mean_std(out['dense'])}; with 99.9 % of the routed atoms removed "
+             f"{_mean_std(out['no_experts'])}. Cells: perplexity mean ± std over {over} (achieved removed fraction "
              "if different).\n",
              "| method | " + " | ".join(f"{r:.0%}" for r in ratios) + " |", "|---|" + "---:|" * len(ratios)]
     for method, averaging in METHODS:
@@ -172,13 +186,20 @@ def toy_tables(out: dict) -> str:
             extra = f" ({rs[0]['achieved']:.0%})" if abs(rs[0]["achieved"] - ratio) > 0.01 else ""
             cells.append((f"{v.mean():.2f} ± {v.std():.2f}" if len(set(v.tolist())) > 1 else f"{v[0]:.2f}") + extra)
         lines.append(f"| {label(method, averaging)} | " + " | ".join(cells) + " |")
-    lines += ["", "| ratio | HEAPr minus | Δ ppl, paired 95% CI over calibration seeds |", "|---:|---|---|"]
+    unit = "trained models" if out.get("train_seeds", 1) > 1 else "calibration seeds"
+    lines += ["", f"| ratio | HEAPr minus | Δ ppl, paired 95% CI over {unit} |", "|---:|---|---|"]
     for ratio in ratios:
         h = [r["ppl"] for r in ppl("heapr", "per_token", ratio)]
         for method, averaging in METHODS[1:]:
             b = [r["ppl"] for r in ppl(method, averaging, ratio)]
             lines.append(f"| {ratio:.0%} | {label(method, averaging)} | {paired_ci(h, b)} |")
     return "\n".join(lines)
+
+
+def _mean_std(v) -> str:
+    """A number, or mean ± std (ddof 1) of a list of them (one entry per trained model)."""
+    v = torch.tensor(v if isinstance(v, list) else [v], dtype=torch.float64)
+    return f"{v.mean():.2f}" + (f" ± {v.std():.2f}" if len(v) > 1 else "")
 
 
 def cost_worker(d: int, state: str) -> None:
@@ -430,7 +451,7 @@ def report() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--ckpt", default=None, help="a `fit` checkpoint of configs/heapr.yaml (default: train here)")
+    p.add_argument("--ckpt", default=None, help="a `fit` checkpoint of configs/heapr_qwen2_shared.yaml (default: train here)")
     p.add_argument("--train-steps", type=int, default=300)
     p.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.2, 0.25, 0.3, 0.4, 0.5])
     p.add_argument("--calib-sequences", type=int, default=128)
@@ -445,6 +466,8 @@ def main() -> None:
     p.add_argument("--cost-worker", nargs=2, default=None, help=argparse.SUPPRESS)
     p.add_argument("--toy", action="store_true", help="only the Mixtral-layout model whose routed experts carry the loss")
     p.add_argument("--calib-seeds", type=int, default=3, help="calibration draws (--toy)")
+    p.add_argument("--train-seeds", type=int, default=1,
+                   help="models trained from different initialisations (--toy); > 1: one calibration draw per model")
     p.add_argument("--toy-report", action="store_true", help="print the tables of results-toy.json")
     p.add_argument("--smollm2", action="store_true", help="only the pretrained check: SmolLM2-135M, MLPs as experts")
     p.add_argument("--smol-ratios", type=float, nargs="+", default=[0.1, 0.25])

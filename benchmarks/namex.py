@@ -32,7 +32,10 @@ HERE, ROOT = Path(__file__).resolve().parent, Path(__file__).resolve().parents[1
 
 BETA = dict(beta_abs=0.9, beta_phase=math.pi / 8)  # Lorraine et al.'s |beta|, arg(beta)
 VARIANTS = {
-    "dense": MergeOptions(mode="dense"),
+    "dense": MergeOptions(mode="dense"),  # one FFN num_experts (4) times as wide: equal parameters, 4x the FFN compute
+    # compute-matched: one FFN of a single expert's width, the per-token FFN work of every merging variant (one
+    # merged expert per unit); fewer parameters
+    "dense (one expert's width)": MergeOptions(mode="dense", num_experts=1),
     "smoe (top-2)": MergeOptions(mode="smoe", top_k=2),
     "smear": MergeOptions(mode="smear"),
     # curvature_rank 0 is M_i = I (Euclidean merging, what the table up to this label measured); rank 1 is CAMEx's
@@ -140,7 +143,7 @@ def lm_task(variant: str, seed: int, cfg: dict) -> dict:
     with torch.no_grad():
         test = dm.lm_dataset("test", cfg["eval_blocks"]).blocks
         nll = float(np.mean([float(lm_loss(net, test[i: i + 50])) for i in range(0, len(test), 50)]))
-    return {"ppl": math.exp(nll), "losses": losses}
+    return {"ppl": math.exp(nll), "losses": losses, "params": sum(q.numel() for q in net.parameters())}
 
 
 def topic_task(variant: str, seed: int, cfg: dict) -> dict:
@@ -303,6 +306,8 @@ def main():
         headline(results["image"])
         if any(v in results["image"] for v in SWEEP):
             sweep_table(results["image"])
+    if "lm" in results:
+        lm_headline(results["lm"])
 
     # ---- claim (ii): complex momentum reaches a training loss in fewer steps
     print("\n## Steps to reach a training loss (EMA 0.9); threshold = loss NAMEx-without-momentum reaches at 50 % "
@@ -362,6 +367,18 @@ def headline(img: dict) -> None:
         cells = [str(paired_ci([100 * ref[s][k] for s in common], [100 * img[v][s][k] for s in common]))
                  for k in ("acc_clean", "acc_corrupted")]
         print(f"| {v} | {len(common)} | " + " | ".join(cells) + " |")
+
+
+def lm_headline(lm: dict) -> None:
+    """NAMEx minus each variant on LM test perplexity, per seed: paired 95% t intervals (negative = NAMEx better)."""
+    print(f"\n## Paired differences, {HEADLINE} minus variant (LM test perplexity, 95% CI over the seeds both ran)\n")
+    print("| variant | seeds | Δ test ppl |")
+    print("|---|---|---|")
+    ref = lm.get(HEADLINE, {})
+    for v in [v for v in VARIANTS if v != HEADLINE]:
+        common = sorted(set(ref) & set(lm.get(v, {})))
+        if len(common) >= 2:
+            print(f"| {v} | {len(common)} | {paired_ci([ref[s]['ppl'] for s in common], [lm[v][s]['ppl'] for s in common])} |")
 
 
 def sweep_table(img: dict) -> None:

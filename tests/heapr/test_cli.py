@@ -25,7 +25,10 @@ def test_twin_fit_prunes_exports_and_reloads(tmp_path):
     report = json.loads((run / "heapr_report.json").read_text())
     assert report["report"]["method"] == "heapr"
     assert report["report"]["atoms_pruned"] == round(0.25 * 2 * 4 * 16)
-    assert report["pruned"]["test_ppl"] > 1 and 0 <= report["pruned"]["topic_acc"] <= 1
+    # the fit learned: the trained model's test perplexity is below the same config's untrained model's, evaluated here
+    untrained = _untrained_test_ppl(tmp_path, corpus)
+    assert report["dense"]["test_ppl"] < 0.9 * untrained, (report["dense"]["test_ppl"], untrained)
+    assert report["pruned"]["test_ppl"] < untrained
     assert report["report"]["params_after"] < report["report"]["params_before"]
     # the Lightning checkpoint restores the per-expert widths
     model = HEAPrLM.load_from_checkpoint(run / "checkpoints" / "pruned.ckpt", weights_only=False)
@@ -45,10 +48,25 @@ def test_twin_fit_prunes_exports_and_reloads(tmp_path):
           "--ckpt_path", str(run / "checkpoints" / "pruned.ckpt")])
 
 
-def test_real_config_parses():
-    cli = LitIclrCLI(args=["--config", str(ROOT / "configs/heapr.yaml")], run=False)
+def _untrained_test_ppl(tmp_path, corpus) -> float:
+    """Test perplexity of the twin's model at initialisation (same seed, same data), by the shared evaluator."""
+    from lit_iclr.heapr.evaluate import perplexity
+
+    cli = LitIclrCLI(args=["--config", str(ROOT / "tests/configs/heapr.yaml"), "--data.init_args.root", str(corpus),
+                           "--data.init_args.data_dir", str(tmp_path / "data")], run=False)
+    cli.model.configure_model()
+    cli.datamodule.prepare_data()
+    cli.datamodule.setup("test")
+    return perplexity(cli.model.model.eval(), cli.datamodule.test_dataloader())
+
+
+@pytest.mark.parametrize(("config", "arch", "shared"), [("heapr", "mixtral", 0), ("heapr_qwen2_shared", "qwen2_moe", 96)])
+def test_real_configs_parse(config, arch, shared):
+    cli = LitIclrCLI(args=["--config", str(ROOT / f"configs/{config}.yaml")], run=False)
     assert isinstance(cli.model, HEAPrLM) and cli.model.hparams.prune_ratio == 0.25
     assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size == 2048
+    # the default is the testbed whose routed experts are every MLP (no shared expert to carry the model)
+    assert (cli.model.hparams.arch, cli.model.hparams.shared_width) == (arch, shared)
 
 
 @pytest.mark.parametrize("ratio", ["1.0", "0", "-0.1"])

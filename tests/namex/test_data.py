@@ -19,11 +19,17 @@ def write_idx(path, array):
         f.write(header + array.tobytes())
 
 
-def fake_fashion(root, n_train=40, n_test=20, label_max=9):
+def fake_fashion(root, n_train=40, n_test=20, label_max=9, learnable=False):
+    """Small IDX files in the real format: noise images with random labels, or (`learnable`) images whose brightness
+    is their label (noise in 0..63 plus 20 y), so a short training run has something to learn."""
     rng = np.random.default_rng(0)
     for prefix, n in (("train", n_train), ("t10k", n_test)):
-        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
-        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, label_max + 1, n).astype(np.uint8))
+        labels = rng.integers(0, label_max + 1, n).astype(np.uint8)
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        if learnable:
+            images = images // 4 + (20 * labels[:, None, None]).astype(np.uint8)
+        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
 
 
 def test_reads_idx_files_and_builds_splits(tmp_path):

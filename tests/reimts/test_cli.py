@@ -16,12 +16,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_twin_fits_through_the_cli(tmp_path):
-    fit_twin("reimts", tmp_path)
+    fit_twin("reimts", tmp_path, "--trainer.max_epochs", "4")  # 12 steps: enough to beat the untrained model
     rows = metric_rows(tmp_path)
     val = [float(r["val/mse"]) for r in rows if r.get("val/mse")]
     train = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
     assert val and all(0 < v < 10 for v in val) and train and all(torch.isfinite(torch.tensor(train)))
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
+    # learned: the fit's last validation MSE is below the same config's untrained model on the same validation data
+    fit_twin("reimts", tmp_path / "untrained", "--data.init_args.data_dir", str(tmp_path / "data"), subcommand="validate")
+    untrained = [float(r["val/mse"]) for r in metric_rows(tmp_path / "untrained") if r.get("val/mse")]
+    assert untrained and val[-1] < 0.95 * untrained[-1], (val[-1], untrained[-1])
     assert list((tmp_path / "figures").glob("val_forecast*.png"))  # forecast figure logged at validation
     # the parsed-record cache goes to <data_dir>/cache, never inside the data folder
     assert list((tmp_path / "data" / "cache").glob("physionet2012-*.pt"))

@@ -26,6 +26,11 @@ def test_tiny_twin_fits_through_the_cli(tmp_path):
         assert 0 < float(val[-1][f"val/rmse_down_fine_s{k}"]) < 5 and 0 < float(val[-1][f"val/rmse_head_s{k}"]) < 5
     assert (tmp_path / "checkpoints" / "last.ckpt").exists()
     assert list((tmp_path / "figures").glob("val_forecast*.png"))
+    # learned: the fit's last validation error is below the same config's untrained model on the same validation data
+    fit_twin("storm", tmp_path / "untrained", "--data.init_args.data_dir", str(tmp_path / "data"), subcommand="validate")
+    untrained = [r for r in metric_rows(tmp_path / "untrained") if r.get("val/rmse_norm_6h/model")]
+    trained_rmse, untrained_rmse = float(val[-1]["val/rmse_norm_6h/model"]), float(untrained[-1]["val/rmse_norm_6h/model"])
+    assert trained_rmse < 0.95 * untrained_rmse, (trained_rmse, untrained_rmse)
     # the generated default is a WB2 Zarr store read back by the reader
     (store,) = (tmp_path / "data").glob("storm-planet-v2*/*.zarr")
     ds = xr.open_zarr(store)

@@ -17,6 +17,11 @@ def test_tiny_twin_fits_and_scores_through_the_cli(tmp_path, tiny_3dcs):
     rows = metric_rows(tmp_path)
     mae = [float(r["val/mae"]) for r in rows if r.get("val/mae")]
     assert mae and all(math.isfinite(v) for v in mae)
+    # learned: the fit's last validation MAE is below the same config's untrained model on the same validation data
+    fit_twin("three_dcs", tmp_path / "untrained", "--data.init_args.benchmark_root", str(tiny_3dcs),
+             "--data.init_args.data_dir", str(tmp_path / "data"), subcommand="validate")
+    untrained = [float(r["val/mae"]) for r in metric_rows(tmp_path / "untrained") if r.get("val/mae")]
+    assert untrained and mae[-1] < 0.95 * untrained[-1], (mae[-1], untrained[-1])
     gce = [r for r in rows if r.get("gce/geometry_A1_spearman")]
     assert gce and -1 <= float(gce[-1]["gce/geometry_A1_spearman"]) <= 1
     assert 0 <= float(gce[-1]["gce/energy_ROC_AUC"]) <= 1

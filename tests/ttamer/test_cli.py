@@ -6,7 +6,7 @@ import torch
 
 from lit_iclr.cli import main
 from lit_iclr.ttamer import ExitTableData
-from lit_iclr.ttamer.exits import ExitTable
+from lit_iclr.ttamer.exits import ExitTable, read_exit_table
 from tests.twin import fit_twin, metric_rows, print_config, twin_config
 
 
@@ -27,9 +27,12 @@ def test_policies_fit_and_score_through_the_cli(tmp_path):
     write_tables(tmp_path / "exits")
     fit_twin("ttamer", tmp_path, "--data.init_args.root", str(tmp_path / "exits"))
     row = {k: float(v) for k, v in metric_rows(tmp_path)[-1].items() if v and k.startswith("val/")}
-    # the oracle bounds every policy; every curve sits between the first stage's and the oracle's accuracy
+    # the oracle bounds every policy; every fitted policy beats always exiting at the first stage, whose accuracy is
+    # computed here from the tables (on both halves, whichever the validation split draws from)
+    first = max(float((t.logits[:, 0].argmax(-1) == t.labels).double().mean())
+                for t in (read_exit_table(tmp_path / "exits" / f"{n}.npz") for n in ("calibration", "test")))
     for name in ("threshold", "no_recall", "recall"):
-        assert 0.2 < row[f"val/auc_{name}"] <= row["val/auc_oracle"] + 1e-9
+        assert first + 0.02 < row[f"val/auc_{name}"] <= row["val/auc_oracle"] + 1e-9, (name, row, first)
     assert list((tmp_path / "figures").glob("val_tradeoff*.png"))
     # the fitted policies live in the checkpoint: `test` from it needs no refit
     main(["test", "--config", twin_config("ttamer"), "--data.init_args.root", str(tmp_path / "exits"),
