@@ -59,13 +59,14 @@ class Calibration:
 
 
 def lm_loss_sum(logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None):
-    """Summed next-token cross-entropy (labels are shifted here, Hugging Face convention) and the token count."""
+    """Summed next-token cross-entropy (labels are shifted here, Hugging Face convention) and the token count, a 0-dim
+    tensor on the logits' device (a training step divides by it without a host sync)."""
     target = labels[:, 1:].clone()
     if attention_mask is not None:
         target[attention_mask[:, 1:] == 0] = -100
     loss = nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), target.flatten(), ignore_index=-100,
                                        reduction="sum")
-    return loss, int((target != -100).sum())
+    return loss, (target != -100).sum()
 
 
 def _require_grad_hook(module, args, output):
@@ -180,7 +181,7 @@ def calibrate(model: nn.Module, batches: Iterable[dict], fisher_state: str = "fu
                     loss.backward()
             tokens += int(mask.sum()) if mask is not None else ids.numel()
             loss_sum += float(loss.detach())
-            counted += n
+            counted += int(n)
     finally:
         layers.__exit__(None, None, None)
         context.__exit__(None, None, None)

@@ -29,7 +29,7 @@ def perplexity(model: nn.Module, loader, max_batches: int | None = None) -> floa
         mask = batch.get("attention_mask")
         mask = mask.to(dev) if mask is not None else None
         loss, n = lm_loss_sum(model(input_ids=ids, attention_mask=mask).logits, batch.get("labels", ids).to(dev), mask)
-        nll, count = nll + float(loss), count + n
+        nll, count = nll + float(loss), count + int(n)
     model.train(was)
     return math.exp(nll / max(count, 1))
 

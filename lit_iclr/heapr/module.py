@@ -162,7 +162,7 @@ class HEAPrLM(BaseModule):
     # --------------------------------------------------------------------------------------------- training
     def training_step(self, batch, batch_idx):
         nll, n, aux = self._loss(batch, router_logits=self.hparams.aux_loss_coef > 0)
-        loss = nll / max(n, 1)
+        loss = nll / n.clamp_min(1)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         if aux is not None:
             self.log("train/aux_loss", aux, batch_size=batch["input_ids"].shape[0])
@@ -172,7 +172,7 @@ class HEAPrLM(BaseModule):
     def validation_step(self, batch, batch_idx):
         nll, n, _ = self._loss(batch)
         self.val_nll.update(nll.detach())
-        self.val_tokens.update(torch.tensor(float(n), device=nll.device))
+        self.val_tokens.update(n.float())
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_nll.compute() / self.val_tokens.compute().clamp_min(1)
@@ -201,7 +201,7 @@ class HEAPrLM(BaseModule):
     def test_step(self, batch, batch_idx):
         nll, n, _ = self._loss(batch)
         self.test_nll.update(nll.detach())
-        self.test_tokens.update(torch.tensor(float(n), device=nll.device))
+        self.test_tokens.update(n.float())
 
     def on_test_start(self) -> None:
         if self.hparams.prune_ratio > 0 and not self.pruned:

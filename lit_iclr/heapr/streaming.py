@@ -152,7 +152,7 @@ def stream_scores(checkpoint: str | Path, input_ids: torch.Tensor, method: str =
         loss, cnt = lm_loss_sum(head(norm(x)), input_ids[c].to(device))
         loss.backward()
         grads.append(x.grad.cpu())
-        loss_sum, counted = loss_sum + float(loss), counted + cnt
+        loss_sum, counted = loss_sum + float(loss), counted + int(cnt)
     g = torch.cat(grads)
     _free(norm)
     _free(head)

@@ -107,7 +107,7 @@ def test_sequence_nll_and_blocks(llama):
     nll = sequence_nll(llama, ids, batch_size=2)
     loss, n = lm_loss_sum(llama(input_ids=ids).logits, ids)
     assert nll.shape == (3,)
-    assert float(nll.mean()) == pytest.approx(float(loss) / n, rel=1e-5)
+    assert float(nll.mean()) == pytest.approx(float(loss) / int(n), rel=1e-5)
 
     class Tok:
         eos_token_id = 0
