@@ -54,9 +54,10 @@ class ForecastWindows(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         x_i, y_i = self.x_idx[i], self.y_idx[i]
+        xy = self._read(np.concatenate([x_i, y_i]))  # one read: the store's chunks of history and leads together
         sample = {
-            "x": torch.from_numpy(np.ascontiguousarray(self._read(x_i))),
-            "y": torch.from_numpy(np.ascontiguousarray(self._read(y_i))),
+            "x": torch.from_numpy(np.ascontiguousarray(xy[:len(x_i)])),
+            "y": torch.from_numpy(np.ascontiguousarray(xy[len(x_i):])),
             "lead_steps": self.lead_steps,
             # hours since 1970-01-01 of the last input step: the model derives its calendar forcings from it
             "init_time": torch.tensor(self.times[x_i[-1]].astype("datetime64[ns]").astype(np.int64) / HOUR_NS,
