@@ -212,7 +212,9 @@ def offsets_index(times: np.ndarray, starts: np.ndarray, offsets_h: np.ndarray) 
     return np.searchsorted(t, need)
 
 
-DIRECT_MAX_STEPS = 64  # reads of at most this many time steps bypass dask (`WB2Reader.read`)
+# reads of at most this many time steps bypass dask (`WB2Reader.read`): a batch's windows (batch x (history + leads),
+# e.g. 16 x 6) go straight to the backend; the statistics' blocks of 256 steps use dask's threads
+DIRECT_MAX_STEPS = 192
 
 
 def _as_slice(idx: np.ndarray):
