@@ -35,7 +35,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this checkout's lit_iclr first (a script's own folder, not the working directory, starts sys.path: without the
+# repository root an installed lit_iclr of another checkout would be measured)
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import scale_data  # noqa: E402
 
 ACCEL, MFU = "H100", 0.4
@@ -72,6 +74,14 @@ SPECS = {
                    "--data.init_args.in_memory=false"],
                   "--model.init_args.coarsen", (2, 1, 0), "model grid (coarsen 2/1/0: 64x32, 128x64, 256x128)",
                   ["--data.init_args.batch_size=2"]),
+    # STORM at the paper config's grid (5.625 deg, 64 x 32), variables, leads and in-memory windows: the inputs the
+    # plan's step FLOPs are of
+    "storm_paper": Spec("storm_paper", "era5_5625", "configs/storm.yaml", "era5_wb2_5.625deg.zarr",
+                        ["--data.init_args.variables=[geopotential@500,temperature@850,2m_temperature,"
+                         "u_component_of_wind@500,v_component_of_wind@500,u_component_of_wind@850,"
+                         "v_component_of_wind@850,specific_humidity@850]", "--data.init_args.lead_times=[6,12,18,24]",
+                         "--data.init_args.eval_lead_times=[6,24]",
+                         "--data.init_args.eval_stride=1", "--data.init_args.in_memory=true"]),  # as the paper config
     "reimts": Spec("reimts", "physionet", "configs/reimts.yaml", "", [],
                    "--data.init_args.lookback_hours", (27.0, 36.0, 45.0), "lookback hours (27/36/45)"),
     "vgf_d4rl": Spec("vgf_d4rl", "d4rl", "configs/vgf.yaml", "halfcheetah-medium-v2.hdf5",
@@ -93,7 +103,8 @@ SPECS = {
                        "--data.init_args.queries_per_step", (100, 500, 2000), "queries per step (100/500/2000)"),
 }
 
-QUICK_SIZES = {"era5": dict(days=9), "physionet": dict(records=1200), "d4rl": dict(transitions=100_000),
+QUICK_SIZES = {"era5": dict(days=9), "era5_5625": dict(days=9), "physionet": dict(records=1200),
+               "d4rl": dict(transitions=100_000),
                "ogbench": dict(episodes=100), "nuscenes": dict(scenes=10, keyframes=2), "humanml3d": dict(motions=300),
                "routerbench": dict(prompts=3650)}
 
@@ -112,6 +123,17 @@ def loader_rate(dm, workers: int, batches: int) -> dict:
     """Samples/s of the train loader over `batches` batches after the first (worker start and first batch timed apart);
     epochs are restarted when one ends before that."""
     dm.num_workers = workers
+    # one torch thread, as DataLoader workers run: a batch's index gathers on 2 intra-op threads of a shared 2-core
+    # machine spun (ReIMTS: 3.5e3 against 1.2e5 samples/s with one thread)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _loader_rate(dm, batches)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _loader_rate(dm, batches: int) -> dict:
     loader = dm.train_dataloader()
     t0 = time.perf_counter()
     it = iter(loader)
@@ -227,7 +249,7 @@ def build(spec: Spec, root: Path, extra: list[str] = ()):
     from lit_iclr.core.plan import build as build_cfg
 
     args = [f"--data.init_args.root={root}", "--data.init_args.data_dir=data/scale/cache", *spec.overrides, *extra]
-    if spec.name == "storm":
+    if spec.name.startswith("storm"):
         args += _storm_periods(spec_days(root))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -254,7 +276,8 @@ def setup(dm, module=None) -> float:
         dm.setup("fit")
         dt = time.perf_counter() - t0
         if module is not None and hasattr(module, "setup"):
-            module._trainer = types.SimpleNamespace(datamodule=dm, global_step=0, global_rank=0, world_size=1)
+            module._trainer = types.SimpleNamespace(datamodule=dm, global_step=0, global_rank=0, world_size=1,
+                                                    strategy=types.SimpleNamespace(root_device=torch.device("cpu")))
             try:
                 module.setup("fit")
             finally:

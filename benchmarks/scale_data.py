@@ -8,6 +8,7 @@ length would not fit on a laptop disk, fewer records of the real size are writte
 | data | real release | written here |
 |---|---|---|
 | ERA5 WB2 Zarr 1.40625 deg | 256 x 128 grid, 13 levels, 6-hourly, 1959-2023 | 12 days, same grid/levels/chunks |
+| ERA5 WB2 Zarr 5.625 deg | 64 x 32 grid (STORM's paper config), 13 levels | 12 days, same grid/levels/chunks |
 | PhysioNet 2012 | set-a/b/c, 12,000 `<RecordID>.txt` | 12,000 records |
 | D4RL HDF5 | halfcheetah-medium-v2: 1M transitions, obs 17, act 6 | 1M transitions |
 | OGBench npz | cube-single-play-v0: 1000 x 1001 steps, obs 28, act 5 | 1000 x 1001 steps |
@@ -30,6 +31,7 @@ ROOT = Path("data/scale")
 # real sizes (what `scale=1` writes); per-record shapes never change with `scale`
 SIZES = {
     "era5": dict(days=12, nlat=128, nlon=256, levels=(50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000)),
+    "era5_5625": dict(days=12, nlat=32, nlon=64),  # the paper config's 5.625 deg grid (WB2 64 x 32), same levels
     "physionet": dict(records=12_000),
     "d4rl": dict(transitions=1_000_000, obs_dim=17, act_dim=6),
     "ogbench": dict(episodes=1000, length=1001, obs_dim=28, act_dim=5, nq=21, nv=20),
@@ -95,7 +97,7 @@ def write_era5(out: Path, days: int | None = None, nlat: int | None = None, nlon
         rng = np.random.default_rng(0)
         la, lo = np.deg2rad(lat)[:, None], np.deg2rad(lon)[None, :]
         lev = np.asarray(levels, float)
-        store = tmp / "era5_wb2_1.40625deg.zarr"
+        store = tmp / f"era5_wb2_{180 / nlat:g}deg.zarr"  # WB2's names: 1.40625deg (256 x 128), 5.625deg (64 x 32)
         block = 8
         for b in range(0, times.size, block):
             tb = times[b:b + block]
@@ -126,8 +128,15 @@ def write_era5(out: Path, days: int | None = None, nlat: int | None = None, nlon
     return _atomic(out, write)
 
 
+def write_era5_5625(out: Path, days: int | None = None) -> Path:
+    """`write_era5` on the 5.625 deg grid (64 x 32) of the STORM paper config, WB2's chunks and levels."""
+    s = SIZES["era5_5625"]
+    return write_era5(out, days or s["days"], s["nlat"], s["nlon"])
+
+
 def era5_store(out: Path) -> Path:
-    return Path(out) / "era5_wb2_1.40625deg.zarr"
+    """The Zarr store a `write_era5*` folder holds."""
+    return next(Path(out).glob("era5_wb2_*deg.zarr"))
 
 
 # ------------------------------------------------------------------------------------------------------- PhysioNet
@@ -423,8 +432,8 @@ def write_routerbench(out: Path, prompts: int | None = None) -> Path:
     return _atomic(out, write)
 
 
-WRITERS = {"era5": write_era5, "physionet": write_physionet, "d4rl": write_d4rl, "ogbench": write_ogbench,
-           "nuscenes": write_nuscenes, "humanml3d": write_humanml3d, "routerbench": write_routerbench}
+WRITERS = {"era5": write_era5, "era5_5625": write_era5_5625, "physionet": write_physionet, "d4rl": write_d4rl,
+           "ogbench": write_ogbench, "nuscenes": write_nuscenes, "humanml3d": write_humanml3d, "routerbench": write_routerbench}
 
 
 if __name__ == "__main__":

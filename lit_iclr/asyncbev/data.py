@@ -68,7 +68,7 @@ class AsyncDataset(Dataset):
         boxes = np.zeros((MAX_BOXES, 10), np.float32)
         boxes[: len(rows)] = rows
         return dict(points=torch.from_numpy(points), points_mask=torch.arange(self.max_points) < len(pts),
-                    images=torch.from_numpy(s["images"]).permute(0, 3, 1, 2).contiguous(),
+                    images=torch.from_numpy(s["images"]),
                     lidar2img=torch.from_numpy(s["lidar2img"]), emc=torch.from_numpy(s["emc"]),
                     dt=torch.tensor(float(s["dt"])), lidar_delayed=torch.tensor(lidar_delayed),
                     boxes=torch.from_numpy(boxes), boxes_mask=torch.arange(MAX_BOXES) < len(rows),

@@ -22,7 +22,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from lit_iclr.core.errors import ConfigError, DatasetFormatError, DatasetNotFoundError
 
@@ -55,15 +54,21 @@ def load_pcd_bin(path: str | Path) -> np.ndarray:
 
 
 def load_image(path: Path) -> np.ndarray:
-    """(H, W, 3) uint8 of a camera JPEG; a missing, corrupt or truncated file raises one clear error naming it."""
+    """(3, H, W) uint8 RGB of a camera JPEG, channels first as the model takes them; a missing, corrupt or truncated
+    file raises one clear error naming it.
+
+    Decoded by torchvision (libjpeg-turbo) straight into channels-first memory: PIL's decode, its RGB copy, the array
+    export and the HWC -> CHW transpose took about twice as long for a 1600 x 900 frame (benchmarks/scale.py)."""
+    from torchvision.io import ImageReadMode, decode_image, read_file
+
     if not path.exists():
         raise DatasetNotFoundError(path, "camera image listed in sample_data.json is missing",
                                    "copy the complete samples/ and sweeps/ folders of the release into the data root")
     try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:  # PIL: not an image / truncated JPEG data
-        raise DatasetFormatError(path, f"is not a readable image ({type(e).__name__}: {e})",
+        return decode_image(read_file(str(path)), mode=ImageReadMode.RGB).numpy()
+    except RuntimeError as e:  # torchvision: not an image / corrupt or truncated JPEG data
+        problem = str(e).splitlines()[0].split(", ")[-1][:120]
+        raise DatasetFormatError(path, f"is not a readable image ({problem})",
                                  "re-extract this file from the nuScenes archive (or re-download that camera's blob)") from e
 
 
@@ -177,22 +182,32 @@ class AsyncNuScenes:
         (no-return points at the origin and the ego's own roof), the rule of the devkit's `remove_close`."""
         l2e = record_transform(self.calib(sd))
         ref_from_global = np.linalg.inv(self.pose(sd) @ l2e)
-        out, cur = [], sd
+        sweeps, cur = [], sd
         for _ in range(num_sweeps):
             pts = load_pcd_bin(self.root / cur["filename"])
             r = self.min_distance  # the devkit's `remove_close(radius)`: a square in the sweep's own x-y
             pts = pts[~((np.abs(pts[:, 0]) < r) & (np.abs(pts[:, 1]) < r))]
             T = ref_from_global @ self.pose(cur) @ record_transform(self.calib(cur))
-            lag = (sd["timestamp"] - cur["timestamp"]) * 1e-6
-            out.append(np.concatenate([apply(T, pts[:, :3]), pts[:, 3:4] / 255.0, np.full((len(pts), 1), lag)], 1))
+            sweeps.append((pts, T, (sd["timestamp"] - cur["timestamp"]) * 1e-6))
             if not cur["prev"]:
                 break
             cur = self.nusc.get("sample_data", cur["prev"])
-        return np.concatenate(out).astype(np.float32)
+        # written in place, in float32 (the sweep-to-keyframe transforms are metres: float32 keeps them to about 1e-5 m):
+        # float64 products, per-sweep concatenations and a final cast cost more than reading the ten files
+        out = np.empty((sum(len(p) for p, _, _ in sweeps), 5), np.float32)
+        o = 0
+        for pts, T, lag in sweeps:
+            rows = out[o:o + len(pts)]
+            np.matmul(pts[:, :3], T[:3, :3].T.astype(np.float32), out=rows[:, :3])
+            rows[:, :3] += T[:3, 3].astype(np.float32)
+            np.multiply(pts[:, 3], np.float32(1 / 255.0), out=rows[:, 3])
+            rows[:, 4] = lag
+            o += len(pts)
+        return out
 
     # ---------------------------------------------------------------- cameras
     def camera_frames(self, sample: dict, delay: float, ref_lidar2global: np.ndarray):
-        """Images (6, H, W, 3) uint8 of each camera's frame nearest to `delay` seconds before its keyframe frame and
+        """Images (6, 3, H, W) uint8 of each camera's frame nearest to `delay` seconds before its keyframe frame and
         their (6, 3, 4) projections from the reference LiDAR frame (given by `ref_lidar2global`) to pixels, through each
         frame's own ego pose."""
         images, projs = [], []
@@ -200,8 +215,8 @@ class AsyncNuScenes:
             sd = self.at_delay(sample["data"][ch], delay)
             path = self.root / sd["filename"]
             img = load_image(path)
-            if sd["height"] and img.shape[:2] != (sd["height"], sd["width"]):
-                raise DatasetFormatError(path, f"is {img.shape[1]}x{img.shape[0]} but sample_data.json says "
+            if sd["height"] and img.shape[1:] != (sd["height"], sd["width"]):
+                raise DatasetFormatError(path, f"is {img.shape[2]}x{img.shape[1]} but sample_data.json says "
                                          f"{sd['width']}x{sd['height']}", "re-extract the image or the metadata")
             cs = self.calib(sd)
             cam2global = self.pose(sd) @ record_transform(cs)

@@ -7,30 +7,16 @@ from typing import Literal
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from lit_iclr.core import BaseDataModule, DatasetFormatError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import ResumableDataLoader, TensorDictDataset, collate_batched
 
 from .generator import DYNAMICS, generate_physionet
 from .physionet import REFERENCE_VARIABLES, SERIES, load_records
 from .protocol import records_to_samples, standardise
 
 KEYS = ("x", "x_mask", "x_time", "y", "y_mask", "y_time")
-
-
-class DictDataset(Dataset):
-    """Rows of equally long tensors, served as dicts (the batch keys say what each tensor is)."""
-
-    def __init__(self, tensors: dict[str, torch.Tensor], index: torch.Tensor):
-        self.tensors = {k: v[index] for k, v in tensors.items()}
-        self.n = len(index)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: v[i] for k, v in self.tensors.items()}
 
 
 class PhysioNet2012(BaseDataModule):
@@ -86,7 +72,7 @@ class PhysioNet2012(BaseDataModule):
         self.split = split
         self.split_seed, self.test_fraction, self.val_fraction, self.cache = split_seed, test_fraction, val_fraction, cache
         self.n_vars = len(self.variable_names)
-        self.splits: dict[str, DictDataset] = {}
+        self.splits: dict[str, TensorDictDataset] = {}
 
     @property
     def path(self) -> Path:
@@ -132,16 +118,18 @@ class PhysioNet2012(BaseDataModule):
                 raise DatasetFormatError(self.path, f"non-finite values in `{k}` after standardisation",
                                          "check the records for extreme values")
         tensors = {k: samples[k] for k in (*KEYS, "record_id")}
-        self.splits = {name: DictDataset(tensors, idx) for name, idx in index.items()}
+        self.splits = {name: TensorDictDataset(tensors, idx) for name, idx in index.items()}
 
     def _loader(self, split: str) -> DataLoader:
         return DataLoader(self.splits[split], batch_size=self.batch_size, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+                          persistent_workers=self.num_workers > 0, collate_fn=collate_batched)
 
     def train_dataloader(self):
         # resumable: `--ckpt_path last` continues mid-epoch on the same batches (seeded by seed_everything)
+        # whole batches by one index per tensor (TensorDictDataset.__getitems__), not 32 row dicts and a collate
         return ResumableDataLoader(self.splits["train"], batch_size=self.batch_size, shuffle=True,
-                                   num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+                                   num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                                   collate_fn=collate_batched)
 
     def val_dataloader(self):
         return self._loader("val")

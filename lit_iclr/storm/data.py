@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core.data import BaseDataModule
 from lit_iclr.core.errors import ConfigError, DatasetFormatError, LitIclrError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import ResumableDataLoader, collate_batched
 
 from . import wb2
 
@@ -54,9 +54,10 @@ class ForecastWindows(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         x_i, y_i = self.x_idx[i], self.y_idx[i]
+        xy = self._read(np.concatenate([x_i, y_i]))  # one read: the store's chunks of history and leads together
         sample = {
-            "x": torch.from_numpy(np.ascontiguousarray(self._read(x_i))),
-            "y": torch.from_numpy(np.ascontiguousarray(self._read(y_i))),
+            "x": torch.from_numpy(np.ascontiguousarray(xy[:len(x_i)])),
+            "y": torch.from_numpy(np.ascontiguousarray(xy[len(x_i):])),
             "lead_steps": self.lead_steps,
             # hours since 1970-01-01 of the last input step: the model derives its calendar forcings from it
             "init_time": torch.tensor(self.times[x_i[-1]].astype("datetime64[ns]").astype(np.int64) / HOUR_NS,
@@ -67,6 +68,26 @@ class ForecastWindows(Dataset):
             clim = wb2.climatology(self.stats, self.times[y_i])
             sample["y_clim"] = torch.from_numpy((clim - self.mean) / self.std)
         return sample
+
+    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        """A whole batch (what `default_collate` of the samples gives) from one read of all its time steps: one
+        fancy index of the in-memory array, or one backend read per variable of the lazy store (its chunks fetched
+        together) instead of one per sample. The loaders pass it through `collate_batched`."""
+        i = np.asarray(indices)
+        x_i, y_i = self.x_idx[i], self.y_idx[i]  # (B, history), (B, n_leads)
+        B, T = x_i.shape
+        xy = self._read(np.concatenate([x_i, y_i], 1).ravel())
+        xy = xy.reshape(B, -1, *xy.shape[1:])
+        last = self.times[x_i[:, -1]].astype("datetime64[ns]").astype(np.int64)
+        batch = {"x": torch.from_numpy(np.ascontiguousarray(xy[:, :T])),
+                 "y": torch.from_numpy(np.ascontiguousarray(xy[:, T:])),
+                 "lead_steps": self.lead_steps.expand(B, -1).clone(),
+                 "init_time": torch.from_numpy(last / HOUR_NS),
+                 "static": self.static.expand(B, *self.static.shape).clone()}
+        if self.stats is not None:
+            clim = np.stack([wb2.climatology(self.stats, self.times[y]) for y in y_i])
+            batch["y_clim"] = torch.from_numpy((clim - self.mean) / self.std)
+        return batch
 
 
 class WB2WeatherData(BaseDataModule):
@@ -281,12 +302,12 @@ class WB2WeatherData(BaseDataModule):
     def train_dataloader(self):
         return ResumableDataLoader(self.train_set, batch_size=self.batch_size, shuffle=True,
                                    num_workers=self.num_workers, persistent_workers=self.num_workers > 0, drop_last=True,
-                                   worker_init_fn=_worker_init)
+                                   worker_init_fn=_worker_init, collate_fn=collate_batched)
 
     def val_dataloader(self):
         return DataLoader(self.val_set, batch_size=self.batch_size, num_workers=self.num_workers,
-                          worker_init_fn=_worker_init)
+                          worker_init_fn=_worker_init, collate_fn=collate_batched)
 
     def test_dataloader(self):
         return DataLoader(self.test_set, batch_size=self.batch_size, num_workers=self.num_workers,
-                          worker_init_fn=_worker_init)
+                          worker_init_fn=_worker_init, collate_fn=collate_batched)

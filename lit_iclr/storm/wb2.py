@@ -32,9 +32,14 @@ class Channel:
         return self.variable if self.level is None else f"{self.variable}_{self.level}"
 
 
-def open_wb2(path: str | Path):
-    """Open a WB2 Zarr store, a netCDF file or a folder of netCDF files lazily, with canonical dims and coordinates."""
+def open_wb2(path: str | Path, dask: bool = True):
+    """Open a WB2 Zarr store, a netCDF file or a folder of netCDF files lazily, with canonical dims and coordinates.
+
+    `dask=False` opens a Zarr store or a single netCDF file without dask: indexing then reads exactly the chunks it
+    touches through the backend, with none of dask's per-call graph building (a folder of netCDF files needs dask)."""
     import xarray as xr
+
+    chunks = {} if dask else None
 
     path = Path(path)
     if not path.exists():
@@ -45,16 +50,16 @@ def open_wb2(path: str | Path):
             zarrs = sorted(path.glob("*.zarr"))
             ncs = sorted(path.glob("*.nc"))
             if len(zarrs) == 1 and not ncs:
-                return open_wb2(zarrs[0])
+                return open_wb2(zarrs[0], dask)
             if not ncs:
                 raise DatasetFormatError(path, "holds neither a Zarr store nor .nc files",
                                          "point root at a WB2 .zarr store or a folder of ERA5 netCDF files")
             ds = xr.open_mfdataset(ncs, engine="h5netcdf", combine="by_coords", chunks={}, data_vars="minimal",
                                    coords="minimal", compat="override")
         elif path.is_dir():
-            ds = xr.open_zarr(path, chunks={}, consolidated=None)
+            ds = xr.open_zarr(path, chunks=chunks, consolidated=None)
         else:
-            ds = xr.open_dataset(path, engine="h5netcdf", chunks={})
+            ds = xr.open_dataset(path, engine="h5netcdf", chunks=chunks)
     except (OSError, ValueError, KeyError) as e:
         if isinstance(e, DatasetFormatError):
             raise
@@ -207,6 +212,20 @@ def offsets_index(times: np.ndarray, starts: np.ndarray, offsets_h: np.ndarray) 
     return np.searchsorted(t, need)
 
 
+# reads of at most this many time steps bypass dask (`WB2Reader.read`): a batch's windows (batch x (history + leads),
+# e.g. 16 x 6) go straight to the backend; the statistics' blocks of 256 steps use dask's threads
+DIRECT_MAX_STEPS = 192
+
+
+def _as_slice(idx: np.ndarray):
+    """A slice for sorted contiguous indices (backends read a slice as one block; an index array is an orthogonal
+    selection), else the indices."""
+    idx = np.asarray(idx)
+    if idx.size and (idx.size == 1 or (np.diff(idx) == 1).all()):
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
+
+
 class WB2Reader:
     """The selected channels of a store, optionally cropped to a region, read as (n, C, H, W) float32 arrays."""
 
@@ -229,13 +248,35 @@ class WB2Reader:
         # a global grid when the longitudes are evenly spaced around the whole circle (then the model wraps around)
         dlon = np.diff(lon)
         self.periodic = region is None and np.allclose(dlon, 360.0 / lon.size, atol=1e-3)
-        self._arrays = [self._array(c) for c in self.channels]
+        # one read per variable: the channels of a variable share its chunks (a WB2 chunk holds every level of one time
+        # step), so reading them per channel decoded each chunk once per channel
+        groups: dict[str, list[int]] = {}
+        for k, c in enumerate(self.channels):
+            groups.setdefault(c.variable, []).append(k)
+        self._groups = [(v, np.asarray(ks), [self.channels[k].level for k in ks]) for v, ks in groups.items()]
+        self._arrays = {v: self._array(self.ds, v, levels) for v, _, levels in self._groups}
+        self._direct: dict | None = None  # the same arrays opened without dask, per process (see `read`)
+        self._direct_pid: int | None = None
 
-    def _array(self, c: Channel):
-        da = self.ds[c.variable]
-        if c.level is not None:
-            da = da.sel(level=c.level)
-        return da.transpose("time", "latitude", "longitude").isel(latitude=self.ilat, longitude=self.ilon)
+    def _array(self, ds, variable: str, levels: list[int | None]):
+        da = ds[variable]
+        if levels[0] is not None:
+            da = da.sel(level=levels).transpose("time", "level", "latitude", "longitude")
+        else:
+            da = da.transpose("time", "latitude", "longitude")
+        return da.isel(latitude=_as_slice(self.ilat), longitude=_as_slice(self.ilon))
+
+    def _direct_arrays(self) -> dict:
+        """The channel arrays of a store opened without dask (Zarr or one netCDF file), opened once per process: a
+        forked loader worker opens its own handle."""
+        if self._direct is None or self._direct_pid != os.getpid():
+            self._direct_pid = os.getpid()
+            if _is_zarr(self.path) or self.path.is_file() or len(list(self.path.glob("*.zarr"))) == 1:
+                ds = open_wb2(self.path, dask=False)
+                self._direct = {v: self._array(ds, v, levels) for v, _, levels in self._groups}
+            else:
+                self._direct = {}
+        return self._direct
 
     @property
     def channel_names(self) -> list[str]:
@@ -245,11 +286,17 @@ class WB2Reader:
         """(len(time_idx), C, H, W) float32; NaN raises `DatasetFormatError` naming the variable and time."""
         uniq, inv = np.unique(np.asarray(time_idx), return_inverse=True)
         out = np.empty((uniq.size, len(self.channels), self.ilat.size, self.ilon.size), np.float32)
-        for k, da in enumerate(self._arrays):
+        # a few time steps (a training sample) are read without dask, whose graph per call cost more than the read;
+        # long blocks (statistics) go through dask, which decodes their chunks on several threads
+        arrays = self._direct_arrays() if uniq.size <= DIRECT_MAX_STEPS else {}
+        for variable, ks, _ in self._groups:
+            da = arrays.get(variable, self._arrays[variable])
             try:
-                out[:, k] = da.isel(time=uniq).values
+                vals = da.isel(time=_as_slice(uniq)).values
+                out[:, ks] = vals if vals.ndim == 4 else vals[:, None]
             except Exception as e:  # noqa: BLE001 - zarr/numcodecs/h5 raise many types for a damaged chunk
-                raise DatasetFormatError(self.path, f"cannot read {self.channels[k].name} at {self.times[uniq[0]]} .. "
+                names = ", ".join(self.channels[k].name for k in ks)
+                raise DatasetFormatError(self.path, f"cannot read {names} at {self.times[uniq[0]]} .. "
                                          f"{self.times[uniq[-1]]} ({type(e).__name__}: {str(e).splitlines()[0][:150]})",
                                          "a chunk of the store is truncated or corrupt: re-download or regenerate it") from e
         bad = ~np.isfinite(out)

@@ -56,7 +56,7 @@ def test_sensor_chains_and_timing(reader):
     cam = reader.back(sample["data"]["CAM_FRONT"], 3)
     assert abs(nusc.get("sample_data", sample["data"]["CAM_FRONT"])["timestamp"] - cam["timestamp"] - 250_000) <= 1
     s = reader.async_sample(sample["token"], 0.3, 0.0, num_sweeps=2)
-    assert s["dt"] == pytest.approx(0.3) and s["images"].shape == (6, 32, 48, 3)
+    assert s["dt"] == pytest.approx(0.3) and s["images"].shape == (6, 3, 32, 48)
     assert np.allclose(np.unique(s["points"][:, 4]), [0.0, 0.05])  # time-lag channel of the two sweeps
 
 

@@ -93,3 +93,28 @@ def test_epoch_sampler_is_seeded_by_epoch_and_skips():
     fresh = ResumableDataLoader(ds, batch_size=3, shuffle=False)
     fresh.load_state_dict(loader.state_dict())
     assert [b[0].tolist() for b in fresh] == [[6, 7, 8], [9]]
+
+
+def test_tensor_dict_batches_equal_the_per_sample_collate_in_the_resumable_order():
+    from torch.utils.data import default_collate
+
+    from lit_iclr.core.loader import TensorDictDataset, collate_batched
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {"x": torch.randn(20, 4, 3, generator=g), "mask": torch.rand(20, 4, generator=g) > 0.5,
+               "id": torch.arange(100, 120)}
+    ds = TensorDictDataset(tensors, torch.arange(3, 17))
+    assert len(ds) == 14 and ds[0]["id"].item() == 103
+    fast = ResumableDataLoader(ds, batch_size=4, shuffle=True, seed=5, collate_fn=collate_batched)
+    rows = [ds[i] for i in range(len(ds))]  # per-sample dicts (no __getitems__) + default_collate
+    slow = ResumableDataLoader(rows, batch_size=4, shuffle=True, seed=5)
+    order = list(EpochShuffleSampler(14, shuffle=True, seed=5))
+    fast_batches, slow_batches = list(fast), list(slow)
+    assert len(fast_batches) == len(slow_batches) == 4
+    for k, (a, b) in enumerate(zip(fast_batches, slow_batches, strict=True)):
+        assert a.keys() == b.keys() and all(a[n].dtype == b[n].dtype and torch.equal(a[n], b[n]) for n in a)
+        assert a["id"].tolist() == [103 + i for i in order[4 * k:4 * k + 4]]
+    assert collate_batched([{"x": torch.ones(2)}, {"x": torch.zeros(2)}])["x"].shape == (2, 2)
+    assert torch.equal(default_collate([ds[0], ds[1]])["x"], ds.__getitems__([0, 1])["x"])
+    with pytest.raises(ValueError, match="different lengths"):
+        TensorDictDataset({"a": torch.zeros(3), "b": torch.zeros(4)})

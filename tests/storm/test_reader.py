@@ -159,3 +159,26 @@ def test_a_training_period_shorter_than_one_batch_is_refused_with_the_numbers(tm
     dm = WB2WeatherData(batch_size=17, **kw)
     dm.setup("fit")
     assert len(dm.train_set) == 17 and len(dm.train_dataloader()) == 1
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_a_batch_read_at_once_equals_the_collated_samples(tmp_path, in_memory):
+    from torch.utils.data import default_collate
+
+    make_store(n_times=48).to_zarr(tmp_path / "s.zarr", zarr_format=2)
+    dm = WB2WeatherData(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), batch_size=4,
+                        variables=["geopotential", "2m_temperature"], static_variables=["land_sea_mask"],
+                        train_period=["2000-01-01:2000-01-08"], val_period=["2000-01-09:2000-01-12"],
+                        test_period=["2000-01-09:2000-01-12"], lead_times=[6, 12], eval_lead_times=[6, 18],
+                        eval_stride=1, in_memory=in_memory)
+    dm.setup("fit")
+    assert isinstance(dm.train_set.source, np.ndarray) == in_memory
+    for ds, idx in ((dm.train_set, [7, 0, 12, 7]), (dm.val_set, [2, 0, 1])):  # repeated and shared time steps
+        batched = ds.__getitems__(idx)
+        single = default_collate([ds[i] for i in idx])
+        assert batched.keys() == single.keys() and ("y_clim" in batched) == (ds is dm.val_set)
+        for k, v in single.items():
+            assert batched[k].dtype == v.dtype and batched[k].shape == v.shape, k
+            np.testing.assert_allclose(batched[k].numpy(), v.numpy(), rtol=1e-6, err_msg=k)
+    b = next(iter(dm.train_dataloader()))  # the loader hands the batch through collate_batched
+    assert b["x"].shape == (4, 2, 3, 8, 16) and b["y"].shape == (4, 2, 3, 8, 16) and b["static"].shape == (4, 1, 8, 16)
