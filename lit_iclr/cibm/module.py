@@ -34,6 +34,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
+from lit_iclr.core.global_batch import rand_rows, randn_rows
 from lit_iclr.core.summary import Headline
 
 from . import interventions as tti
@@ -182,10 +183,12 @@ class CIBM(BaseModule):
         x, c, y = batch["x"], batch["c"], batch["y"]
         concepts_stage = self._concepts_trained()
         enc = self.net.encode(x)
-        z = self.net.sample(enc)
+        # eps and the intervention mask drawn for the global batch, this rank's rows kept: under DDP the ranks' draws
+        # together are one process's, and the RNG then draws I(X;C)'s z on the (shared) subsample as one process does
+        z = self.net.sample(enc, eps=randn_rows(enc["mu"]) if "sigma" in enc else None)
         mask = None
         if hp.family == "cem" and hp.cem_p_int > 0:
-            mask = torch.rand_like(c) < hp.cem_p_int
+            mask = rand_rows(c) < hp.cem_p_int
         out = self.net.decide(enc, z, c_true=c, mask=mask, detach_concepts=not concepts_stage)
         bce = F.binary_cross_entropy_with_logits(out["c_logits"], c, reduction="none").sum(1).mean()
         ce = F.cross_entropy(out["y_logits"], y)
@@ -262,9 +265,13 @@ class CIBM(BaseModule):
             sch.step()
 
     # ---------------------------------------------------------------- evaluation
-    def _eval_step(self, batch):
+    def _eval_step(self, batch, batch_idx: int):
         enc = self.net.encode(batch["x"])
-        z = self.net.sample(enc, self.hparams.sample_at_eval)
+        # eval's z from a generator seeded by the batch: the same draws on every rank and in every validation, whatever
+        # training drew before (the global RNG's state differs between 1 process and DDP ranks)
+        g = torch.Generator(device=enc["mu"].device).manual_seed(7000 + batch_idx)
+        eps = torch.randn(enc["mu"].shape, generator=g, device=enc["mu"].device, dtype=enc["mu"].dtype)
+        z = self.net.sample(enc, self.hparams.sample_at_eval, eps=eps)
         out = self.net.decide(enc, z)
         keep = {"y": batch["y"], "c": batch["c"], "y_logits": out["y_logits"], "c_logits": out["c_logits"], "mu": enc["mu"]}
         if self.vanilla is not None:
@@ -324,7 +331,7 @@ class CIBM(BaseModule):
         return out
 
     def validation_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx)
 
     def on_validation_epoch_end(self):
         if not self._eval:
@@ -340,7 +347,7 @@ class CIBM(BaseModule):
             log_figure(self, "fit/information_plane", information_plane(self.plane, self._label()))
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx)
 
     def _label(self) -> str:
         hp = self.hparams

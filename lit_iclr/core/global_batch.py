@@ -4,11 +4,12 @@ Under DDP each rank runs the step on its share of the global batch and the gradi
 one process's with the global batch only where the loss is a plain mean over samples and everything random is drawn
 per sample. Three things break that, and each has its piece here:
 
-- **Random draws.** A rank drawing `randn(n)` for its n samples draws the numbers rank 0 draws too, and the global RNG
-  of each rank then moves on by n, not by the global batch. `rank_rows` draws for the global batch (the same numbers on
-  every rank, the RNG moved on as one process's) and keeps this rank's rows, `rows[rank::world]`, which is how the
-  platform's training sampler deals the global batch (`core.loader.EpochShuffleSampler`: global row i is row
-  i // world of rank i % world).
+- **Random draws.** The global RNG's state at a training step differs between ranks and between a DDP run and one
+  process (Lightning reseeds it when the process group starts, after the model was built; rank 0 alone prepares the
+  data), and a rank drawing `randn(n)` for its n samples draws numbers meant for other samples. `step_rng` seeds the
+  global RNG by (run seed, step) inside a block, the same on every rank and in a resumed run; in it, `rank_rows` draws
+  for the global batch and keeps this rank's rows, `rows[rank::world]`, which is how the platform's training sampler
+  deals the global batch (`core.loader.EpochShuffleSampler`: global row i is row i // world of rank i % world).
 - **Per-batch normalisers.** A loss `sum / count` over a batch (a focal loss over its positives, an L1 over visible
   points) averaged over ranks is the mean of the ranks' ratios, not the global ratio. With the denominator
   `rank_denominator(count) = (sum over ranks of count) / world`, DDP's average of the ranks' `sum_r / that` is
@@ -22,7 +23,9 @@ same code (a training step), never in validation, where ranks may hold different
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -35,6 +38,19 @@ def ranks() -> tuple[int, int]:
     return 1, 0
 
 
+@contextmanager
+def step_rng(step: int, salt: int = 0) -> Iterator[None]:
+    """Inside the block the global RNG (CPU and the current CUDA device) is seeded by (the run's seed, `step`, `salt`),
+    so every rank draws the same numbers, as one process does at that step, and a resumed run draws what an
+    uninterrupted one drew; the outer RNG state is restored after it. The run's seed is `seed_everything`'s
+    (PL_GLOBAL_SEED), 0 without one."""
+    seed = (int(os.environ.get("PL_GLOBAL_SEED", 0)) * 1_000_003 + int(step) * 7919 + int(salt)) % (2**63)
+    devices = [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
 def rank_rows(draw: Callable[[tuple[int, ...]], torch.Tensor], shape: Sequence[int],
               samples: int | None = None) -> torch.Tensor:
     """This rank's part, of shape `shape`, of `draw` for the global batch.
@@ -42,6 +58,8 @@ def rank_rows(draw: Callable[[tuple[int, ...]], torch.Tensor], shape: Sequence[i
     `shape[0]` holds `samples` samples (default `shape[0]`: one row each), each a run of `shape[0] // samples`
     consecutive rows (an image's tokens); `draw((samples * world, shape[0] // samples, *shape[1:]))` is made and
     this rank's samples `[rank::world]` kept. On one process: `draw(shape)`, the same numbers in the same order.
+    The ranks' draws are one process's only if their generators are in the same state (`step_rng`, or a generator
+    seeded alike on every rank).
     """
     shape = tuple(int(s) for s in shape)
     samples = shape[0] if samples is None else int(samples)
