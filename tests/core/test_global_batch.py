@@ -108,3 +108,24 @@ def test_one_process_is_plain_batchnorm_and_conversion_keeps_the_tensors():
         net[1](torch.ones(3))
     with pytest.raises(ValueError, match="not whole runs of 4 samples"):
         randn_rows(torch.empty(6, 2), samples=4)
+
+
+def test_step_rng_draws_by_step_and_leaves_the_outer_stream():
+    from lit_iclr.core.global_batch import step_rng
+
+    torch.manual_seed(123)
+    outer = torch.rand(3)
+    torch.manual_seed(123)
+    with step_rng(5):
+        a = torch.randn(4)
+    torch.manual_seed(999)  # another process state: the step's draws do not depend on it
+    with step_rng(5):
+        b = torch.randn(4)
+    with step_rng(6):
+        c = torch.randn(4)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(a, c)
+    torch.manual_seed(123)
+    with step_rng(5):
+        torch.randn(100)
+    torch.testing.assert_close(torch.rand(3), outer, rtol=0, atol=0)  # the outer stream is where it was
