@@ -6,11 +6,13 @@ Each config costs three process starts (about 30 s on an idle 2-core machine): t
 method (STORM), a bandit-like stream (T-Tamer), JULI's phase-ordered stream and model interactions; every other twin
 is `slow`. The table in seeds/platform.md ("Data-parallel, every method") comes from `pytest -m slow` of this file.
 """
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.core.ddp_worker import compare, first_step
+from tests.core.ddp_worker import compare, first_step, measured
 
 CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml"))
 FAST = {"storm", "ttamer", "juli", "model_interactions"}
@@ -23,6 +25,13 @@ def _param(name: str):
 @pytest.mark.parametrize("config", [_param(c) for c in CONFIGS])
 def test_twin_under_ddp(config, tmp_path):
     result = first_step(Path(__file__).parents[1] / "configs" / f"{config}.yaml", tmp_path)
+    log = os.environ.get("LIT_ICLR_DDP_SWEEP_LOG")  # the sweep behind seeds/platform.md's table appends a row here
+    if log:
+        row = {"config": config, "status": result["status"], "reason": result["reason"][:300],
+               **(measured(result) if result["status"] == "ok" else {}),
+               "problems": compare(result)[:5] if result["status"] == "ok" else []}
+        with open(log, "a") as f:
+            f.write(json.dumps(row) + "\n")
     if result["status"] == "one process":  # refused in one line that names the method, the reason and the fix
         assert "runs on one process only (" in result["reason"] and "--trainer.devices 1" in result["reason"]
         return
