@@ -301,6 +301,17 @@ class CIBM(BaseModule):
             res["concept_acc_vanilla"] = ((r["c_logits_v"] > 0).float() == r["c"]).float().mean().item()
         if hp.probe_leakage and hp.family != "blackbox":
             res.update(self._probe(r))
+        # I_hat's z draws in a fixed RNG stream: the estimate is then the same on every rank and in every run, whatever
+        # the process's RNG state (which differs between DDP ranks and one process)
+        with torch.random.fork_rng(devices=[r["mu"].device] if r["mu"].device.type == "cuda" else []):
+            torch.manual_seed(0)
+            self._summary_mi(r, res, stage)
+        for k, v in res.items():
+            self.log(f"{stage}/{k}", v, prog_bar=k == "acc")
+        return res
+
+    def _summary_mi(self, r: dict[str, torch.Tensor], res: dict[str, float], stage: str) -> None:
+        hp = self.hparams
         if "sigma" in r:
             g = torch.Generator(device=r["mu"].device).manual_seed(0)
             idx = torch.randperm(len(r["mu"]), generator=g, device=r["mu"].device)[:hp.mi_samples]
@@ -312,9 +323,6 @@ class CIBM(BaseModule):
                     res[f"mi_xc_m{m}"] = est_mi(r["mu"][sub], r["sigma"][sub], jensen=hp.jensen).item()
                 res["sigma_median"] = r["sigma"].median().item()
                 res["mu_std"] = r["mu"].flatten(1).std(0).mean().item()
-        for k, v in res.items():
-            self.log(f"{stage}/{k}", v, prog_bar=k == "acc")
-        return res
 
     def _probe(self, r: dict[str, torch.Tensor]) -> dict[str, float]:
         """Class leakage (probe on soft minus hard concepts) of the model and the vanilla baseline, on the same points."""
