@@ -2,9 +2,10 @@
 metrics of the stepped model equal one process's (each sample counted once, reduced over ranks), or the method refuses
 several processes in one line (`single_process_reason`) before any process starts.
 
-Each config costs three process starts (about 30 s on an idle 2-core machine): the default run covers a gradient
-method (STORM), a bandit-like stream (T-Tamer), JULI's phase-ordered stream and model interactions; every other twin
-is `slow`. The table in seeds/platform.md ("Data-parallel, every method") comes from `pytest -m slow` of this file.
+Each config costs three process starts (about 30 s on an idle 2-core machine, 2-5 minutes on a loaded one): the
+default run covers a gradient method (STORM), a bandit (StageRoute, refused in one line), JULI's phase-ordered stream
+and model interactions; every other twin is `slow`. The table in seeds/platform.md ("Data-parallel, every method")
+comes from `pytest -m "slow or not slow"` of this file with LIT_ICLR_DDP_SWEEP_LOG set (a JSON row per config).
 """
 import json
 import os
@@ -22,7 +23,7 @@ CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*
 # are compared with SGD, the reference that shows whether the gradients agree.
 SGD = ["--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.lr", "0.1"]
 FIRST_STEP_ARGS = {"mosa": SGD, "asyncbev": SGD}
-FAST = {"storm", "ttamer", "juli", "model_interactions"}
+FAST = {"storm", "stageroute", "juli", "model_interactions"}
 
 
 def _param(name: str):
