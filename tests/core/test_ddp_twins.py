@@ -17,12 +17,12 @@ from tests.core.ddp_worker import compare, first_step, measured
 
 CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml"))
 # Adam's first step is lr * g / (|g| + eps): a parameter whose true gradient is 0 gets float noise (~1e-10) normalised
-# to a step of up to lr that differs between process counts. MoSA's attention key biases (softmax is invariant to them)
-# and AsyncBEV's camera-head convolution bias (BatchNorm after it removes it) are such parameters: under AdamW their
-# twins step 1.5e-4 and 3.6e-3 (2 x lr, a sign flip) apart, under SGD (lr x g itself) 3e-8 and 5e-7. Their first steps
-# are compared with SGD, the reference that shows whether the gradients agree.
+# to a step of up to lr that differs between process counts. MoSA's and ReIMTS's attention key biases (softmax is
+# invariant to them) and AsyncBEV's camera-head convolution bias (BatchNorm after it removes it) are such parameters:
+# under Adam(W) their twins step 1.5e-4, 8.2e-4 and 3.6e-3 (2 x lr, a sign flip) apart, under SGD (lr x g itself) 3e-8,
+# 4e-8 and 5e-7. Their first steps are compared with SGD, the reference that shows whether the gradients agree.
 SGD = ["--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.lr", "0.1"]
-FIRST_STEP_ARGS = {"mosa": SGD, "asyncbev": SGD}
+FIRST_STEP_ARGS = {"mosa": SGD, "asyncbev": SGD, "reimts": SGD}
 FAST = {"storm", "stageroute", "juli", "model_interactions"}
 
 
