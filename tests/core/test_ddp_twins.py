@@ -45,7 +45,9 @@ def test_twin_under_ddp(config, tmp_path):
         assert "runs on one process only (" in result["reason"] and "--trainer.devices 1" in result["reason"]
         return
     assert result["status"] == "ok", result["reason"] + "\n" + result.get("stderr", "")[-2000:]
-    assert result["single"]["global_step"] == 1 and all(r["global_step"] == 1 for r in result["ranks"])
+    # one training batch: global_step counts every optimiser's step (VGF: 3, TD3+BC and FQL: 2), the same on both sides
+    steps = result["single"]["global_step"]
+    assert steps >= 1 and all(r["global_step"] == steps for r in result["ranks"]), steps
     assert not compare(result), compare(result)[:5]
 
 
