@@ -49,3 +49,14 @@ def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tupl
                 worst, where = d, k
     return worst, where
 
+
+
+SGD = ["--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.lr", "0.1"]
+
+
+def sgd_first_step_diff(tmp_path: Path, name: str, global_batch: int, *extra: str) -> tuple[float, str]:
+    """Largest parameter difference after one SGD step (lr 0.1, so 0.1 x the gradient difference) of 2 processes x
+    `global_batch` / 2 against 1 process x `global_batch`; the 2-process run first, so it also makes the data."""
+    ddp = fit_steps(tmp_path / "ddp", name, 2, global_batch // 2, *SGD, *extra)
+    one = fit_steps(tmp_path / "one", name, 1, global_batch, *SGD, *extra)
+    return max_abs_diff(ddp, one)

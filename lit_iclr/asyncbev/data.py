@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule
 from lit_iclr.core.errors import ConfigError, DatasetFormatError
+from lit_iclr.core.loader import EveryIndexOnEveryRank
 
 from .nusc import DETECTION_CLASSES, MIN_DISTANCE, AsyncNuScenes
 from .world import CAMERA_HZ, CLASSES, SWEEP_HZ, WorldConfig, generate_world
@@ -194,7 +195,12 @@ class NuScenesAsync(BaseDataModule):
                                    num_workers=self.num_workers)
 
     def val_dataloader(self):
-        return DataLoader(self.dataset("val", self.val_offset), batch_size=self.batch_size, num_workers=self.num_workers)
+        # the whole split on every rank under DDP, in batches of the global batch size: the devkit scores all boxes at
+        # once (NDS is not a sum of per-rank parts) and the logged losses, normalised per batch, are then one process's
+        world = self.trainer.world_size if self.trainer is not None else 1
+        data = self.dataset("val", self.val_offset)
+        return DataLoader(data, batch_size=self.batch_size * world, sampler=EveryIndexOnEveryRank(len(data)),
+                          num_workers=self.num_workers)
 
     def test_dataloader(self):
         """The validation split again (nuScenes' test split has no public annotations), at the same offset."""

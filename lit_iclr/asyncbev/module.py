@@ -11,6 +11,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import CheckpointError, ConfigError
 from lit_iclr.core.summary import Headline
+from lit_iclr.core.sync_batchnorm import convert_sync_batchnorm
 from lit_iclr.core.threads import CpuThreads
 
 from .evaluate import box_record, nuscenes_metrics, write_results
@@ -32,7 +33,7 @@ class AsyncBEV(BaseModule):
                  flow_depth: int = 1, use_time_code: bool = True, use_position_code: bool = True,
                  compensation: str = "asyncbev", flow_loss_weight: float = 0.2, reg_loss_weight: float = 0.25,
                  detector_checkpoint: str | None = None, freeze_detector: bool = False, top_k: int = 100,
-                 val_baselines: list[str] | None = None, num_threads: int | None = None,
+                 val_baselines: list[str] | None = None, num_threads: int | None = None, sync_batchnorm: bool = True,
                  optimizer: OptimizerCallable = torch.optim.AdamW):
         """
         Args:
@@ -61,6 +62,9 @@ class AsyncBEV(BaseModule):
                 `setup`): at the default sizes every convolution is small, and on a shared 2-core CPU a second thread
                 mostly spins (a training step cost 5.6 s CPU with 2 threads against 0.6 s with 1 at load ~7,
                 seeds/asyncbev.md). null: leave torch's setting.
+            sync_batchnorm: Under DDP, BatchNorm in training normalises with the global batch's statistics
+                (`core.sync_batchnorm`, any device), so the step is one process's on the global batch; with the
+                default 1-2 samples per device a device's own statistics are mostly noise. false: each device's own.
             optimizer: Optimizer factory.
         """
         super().__init__()
@@ -84,6 +88,8 @@ class AsyncBEV(BaseModule):
 
     def setup(self, stage: str) -> None:
         self._threads.enter(self)
+        if self.hparams.sync_batchnorm and self.trainer.world_size > 1:  # before DDP wraps the model
+            convert_sync_batchnorm(self.net)
 
     def teardown(self, stage: str) -> None:
         self._threads.exit()
@@ -134,13 +140,16 @@ class AsyncBEV(BaseModule):
         gt_flow = gt_v * batch["dt"].view(-1, 1, 1, 1)
         out = self.net(batch, comp, gt_flow)
         heat_t, ind, reg_t, reg_m = build_targets(batch["boxes"], batch["boxes_mask"], grid, out["heatmap"].shape[1])
-        loss_hm = focal_loss(out["heatmap"], heat_t)
-        loss_reg = regression_loss(out["reg"], ind, reg_t, reg_m)
+        # in training under DDP each normaliser (peaks, boxes, cells per speed bucket) is the global batch's, so the
+        # averaged gradient is that of one process's loss on the global batch (`core.global_batch.rank_denominator`)
+        sync = self.training
+        loss_hm = focal_loss(out["heatmap"], heat_t, sync)
+        loss_reg = regression_loss(out["reg"], ind, reg_t, reg_m, sync)
         logs = {"loss_heatmap": loss_hm, "loss_reg": loss_reg}
         loss = loss_hm + self.reg_loss_weight * loss_reg
         if "velocity" in out:
             pred_flow = out["velocity"] * batch["dt"].view(-1, 1, 1, 1)
-            logs["loss_flow"] = flow_loss(pred_flow, gt_flow, gt_v)
+            logs["loss_flow"] = flow_loss(pred_flow, gt_flow, gt_v, sync)
             loss = loss + self.flow_loss_weight * logs["loss_flow"]
         logs["loss"] = loss
         return logs

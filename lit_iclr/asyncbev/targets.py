@@ -9,6 +9,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from lit_iclr.core.global_batch import rank_denominator
+
 from .model import REG_DIM, BEVGrid
 
 SPEED_BUCKETS = (0.4, 1.0)  # m/s: the three EPE buckets of the flow loss (<0.4, 0.4-1.0, >1.0)
@@ -48,21 +50,23 @@ def build_targets(boxes: torch.Tensor, mask: torch.Tensor, grid: BEVGrid, num_cl
     return heatmap, ind, reg, inside
 
 
-def focal_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """CenterNet's Gaussian focal loss (alpha 2, beta 4), normalised by the number of peaks."""
+def focal_loss(logits: torch.Tensor, target: torch.Tensor, sync: bool = False) -> torch.Tensor:
+    """CenterNet's Gaussian focal loss (alpha 2, beta 4), normalised by the number of peaks (`sync`: of the global
+    batch under DDP, `core.global_batch.rank_denominator`)."""
     p = torch.sigmoid(logits).clamp(1e-4, 1 - 1e-4)
     pos = target.eq(1).float()
     pos_loss = -(torch.log(p) * (1 - p) ** 2 * pos).sum()
     neg_loss = -(torch.log(1 - p) * p**2 * (1 - target) ** 4 * (1 - pos)).sum()
-    return (pos_loss + neg_loss) / pos.sum().clamp_min(1.0)
+    return (pos_loss + neg_loss) / rank_denominator(pos.sum(), sync, 1.0)
 
 
-def regression_loss(reg: torch.Tensor, ind: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def regression_loss(reg: torch.Tensor, ind: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
+                    sync: bool = False) -> torch.Tensor:
     """Weighted L1 of the regression map read at the object centres."""
     pred = reg.flatten(2).gather(2, ind[:, None].expand(-1, REG_DIM, -1)).transpose(1, 2)  # (B, M, 10)
     w = torch.tensor(REG_WEIGHTS, device=reg.device)
     l1 = (pred - target).abs() * w * mask[..., None]
-    return l1.sum() / mask.sum().clamp_min(1.0)
+    return l1.sum() / rank_denominator(mask.sum(), sync, 1.0)  # boxes of the global batch under `sync`
 
 
 def _in_box(xy: torch.Tensor, centre: torch.Tensor, half_lw: torch.Tensor, yaw: torch.Tensor) -> torch.Tensor:
@@ -91,7 +95,8 @@ def gt_velocity_field(boxes: torch.Tensor, mask: torch.Tensor, dt: torch.Tensor,
     return v.permute(0, 3, 1, 2)
 
 
-def flow_loss(pred_flow: torch.Tensor, gt_flow: torch.Tensor, gt_velocity: torch.Tensor) -> torch.Tensor:
+def flow_loss(pred_flow: torch.Tensor, gt_flow: torch.Tensor, gt_velocity: torch.Tensor,
+              sync: bool = False) -> torch.Tensor:
     """Speed-bucketed end-point error (DeFlow-style `VoxelFlowLoss`): mean EPE per bucket of GT speed
     (<0.4, 0.4-1.0, >1.0 m/s), summed over the non-empty buckets."""
     epe = (pred_flow - gt_flow).norm(dim=1)  # (B, H, W)
@@ -99,7 +104,8 @@ def flow_loss(pred_flow: torch.Tensor, gt_flow: torch.Tensor, gt_velocity: torch
     lo, hi = SPEED_BUCKETS
     total = pred_flow.new_zeros(())
     for m in (speed < lo, (speed >= lo) & (speed <= hi), speed > hi):
-        total = total + torch.where(m.any(), (epe * m).sum() / m.sum().clamp_min(1), total.new_zeros(()))
+        # a bucket empty here but not on another rank adds 0 / its global count: the global batch's mean
+        total = total + (epe * m).sum() / rank_denominator(m.sum(), sync, 1.0)
     return total
 
 

@@ -18,7 +18,8 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, ConfigError, DatasetFormatError
-from lit_iclr.core.loader import ResumableDataLoader, random_state_kept
+from lit_iclr.core.atomic import atomic_torch_save
+from lit_iclr.core.loader import EveryIndexOnEveryRank, ResumableDataLoader, random_state_kept
 
 from . import generate
 from .cub import read_cub
@@ -67,11 +68,20 @@ class _ConceptData(BaseDataModule):
         return ResumableDataLoader(self.sets["train"], batch_size=self.batch_size, shuffle=True,
                                    num_workers=self.num_workers)
 
+    def _eval_loader(self, split: str) -> DataLoader:
+        # the whole split on every rank under DDP: I(X;C), I(C;Y), the leakage probes and the interventions are
+        # statistics of all points at once, not sums a rank could contribute its share of (each rank logs the same)
+        # (in batches of at least the global batch size: batches, and the z each draws, are one process's)
+        world = self.trainer.world_size if self.trainer is not None else 1
+        data = self.sets[split]
+        return DataLoader(data, batch_size=max(self.batch_size * world, 256), sampler=EveryIndexOnEveryRank(len(data)),
+                          num_workers=self.num_workers)
+
     def val_dataloader(self):
-        return DataLoader(self.sets["val"], batch_size=max(self.batch_size, 256), num_workers=self.num_workers)
+        return self._eval_loader("val")
 
     def test_dataloader(self):
-        return DataLoader(self.sets["test"], batch_size=max(self.batch_size, 256), num_workers=self.num_workers)
+        return self._eval_loader("test")
 
 
 class CUBConcepts(_ConceptData):
@@ -264,10 +274,9 @@ class CUBConcepts(_ConceptData):
             mean, std = tensors["train"]["x"].mean(0), tensors["train"]["x"].std(0).clamp_min(1e-6)
             for s in SPLITS:
                 tensors[s]["x"] = (tensors[s]["x"] - mean) / std
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
-        torch.save(tensors, tmp)
-        tmp.replace(cache)
+        # every rank of a DDP run embeds (setup runs on each) and writes the same bytes: each through its own
+        # temporary file (`.tmp-<pid>`), so one rank's rename never takes the file another is still writing
+        atomic_torch_save(tensors, cache)
         return tensors
 
     def describe(self) -> str:

@@ -104,11 +104,12 @@ class ConceptBottleneck(nn.Module):
     def encode(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.latent(self.features(x))
 
-    def sample(self, enc: dict[str, torch.Tensor], sample: bool = True) -> torch.Tensor:
-        """z ~ N(mu, sigma) (reparameterised), or mu for deterministic models / `sample=False`."""
+    def sample(self, enc: dict[str, torch.Tensor], sample: bool = True, eps: torch.Tensor | None = None) -> torch.Tensor:
+        """z = mu + sigma * eps, eps ~ N(0, I) (reparameterised; `eps` given or drawn), or mu for deterministic models /
+        `sample=False`."""
         if "sigma" not in enc or not sample:
             return enc["mu"]
-        return enc["mu"] + enc["sigma"] * torch.randn_like(enc["mu"])
+        return enc["mu"] + enc["sigma"] * (torch.randn_like(enc["mu"]) if eps is None else eps)
 
     def concept_logits(self, z: torch.Tensor) -> torch.Tensor:
         if self.family != "probcbm":

@@ -34,6 +34,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
+from lit_iclr.core.global_batch import rand_rows, randn_rows
 from lit_iclr.core.summary import Headline
 
 from . import interventions as tti
@@ -182,10 +183,12 @@ class CIBM(BaseModule):
         x, c, y = batch["x"], batch["c"], batch["y"]
         concepts_stage = self._concepts_trained()
         enc = self.net.encode(x)
-        z = self.net.sample(enc)
+        # eps and the intervention mask drawn for the global batch, this rank's rows kept: under DDP the ranks' draws
+        # together are one process's, and the RNG then draws I(X;C)'s z on the (shared) subsample as one process does
+        z = self.net.sample(enc, eps=randn_rows(enc["mu"]) if "sigma" in enc else None)
         mask = None
         if hp.family == "cem" and hp.cem_p_int > 0:
-            mask = torch.rand_like(c) < hp.cem_p_int
+            mask = rand_rows(c) < hp.cem_p_int
         out = self.net.decide(enc, z, c_true=c, mask=mask, detach_concepts=not concepts_stage)
         bce = F.binary_cross_entropy_with_logits(out["c_logits"], c, reduction="none").sum(1).mean()
         ce = F.cross_entropy(out["y_logits"], y)
@@ -262,9 +265,13 @@ class CIBM(BaseModule):
             sch.step()
 
     # ---------------------------------------------------------------- evaluation
-    def _eval_step(self, batch):
+    def _eval_step(self, batch, batch_idx: int):
         enc = self.net.encode(batch["x"])
-        z = self.net.sample(enc, self.hparams.sample_at_eval)
+        # eval's z from a generator seeded by the batch: the same draws on every rank and in every validation, whatever
+        # training drew before (the global RNG's state differs between 1 process and DDP ranks)
+        g = torch.Generator(device=enc["mu"].device).manual_seed(7000 + batch_idx)
+        eps = torch.randn(enc["mu"].shape, generator=g, device=enc["mu"].device, dtype=enc["mu"].dtype)
+        z = self.net.sample(enc, self.hparams.sample_at_eval, eps=eps)
         out = self.net.decide(enc, z)
         keep = {"y": batch["y"], "c": batch["c"], "y_logits": out["y_logits"], "c_logits": out["c_logits"], "mu": enc["mu"]}
         if self.vanilla is not None:
@@ -294,6 +301,17 @@ class CIBM(BaseModule):
             res["concept_acc_vanilla"] = ((r["c_logits_v"] > 0).float() == r["c"]).float().mean().item()
         if hp.probe_leakage and hp.family != "blackbox":
             res.update(self._probe(r))
+        # I_hat's z draws in a fixed RNG stream: the estimate is then the same on every rank and in every run, whatever
+        # the process's RNG state (which differs between DDP ranks and one process)
+        with torch.random.fork_rng(devices=[r["mu"].device] if r["mu"].device.type == "cuda" else []):
+            torch.manual_seed(0)
+            self._summary_mi(r, res, stage)
+        for k, v in res.items():
+            self.log(f"{stage}/{k}", v, prog_bar=k == "acc")
+        return res
+
+    def _summary_mi(self, r: dict[str, torch.Tensor], res: dict[str, float], stage: str) -> None:
+        hp = self.hparams
         if "sigma" in r:
             g = torch.Generator(device=r["mu"].device).manual_seed(0)
             idx = torch.randperm(len(r["mu"]), generator=g, device=r["mu"].device)[:hp.mi_samples]
@@ -305,9 +323,6 @@ class CIBM(BaseModule):
                     res[f"mi_xc_m{m}"] = est_mi(r["mu"][sub], r["sigma"][sub], jensen=hp.jensen).item()
                 res["sigma_median"] = r["sigma"].median().item()
                 res["mu_std"] = r["mu"].flatten(1).std(0).mean().item()
-        for k, v in res.items():
-            self.log(f"{stage}/{k}", v, prog_bar=k == "acc")
-        return res
 
     def _probe(self, r: dict[str, torch.Tensor]) -> dict[str, float]:
         """Class leakage (probe on soft minus hard concepts) of the model and the vanilla baseline, on the same points."""
@@ -324,7 +339,7 @@ class CIBM(BaseModule):
         return out
 
     def validation_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx)
 
     def on_validation_epoch_end(self):
         if not self._eval:
@@ -340,7 +355,7 @@ class CIBM(BaseModule):
             log_figure(self, "fit/information_plane", information_plane(self.plane, self._label()))
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch)
+        self._eval_step(batch, batch_idx)
 
     def _label(self) -> str:
         hp = self.hparams

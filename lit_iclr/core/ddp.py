@@ -33,6 +33,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from .errors import ConfigError, LitIclrError
 
 DEFAULT_TIMEOUT_S = 300.0  # 5 minutes: one step of any twin or paper config on one device is far shorter
+REPORT_DELAY_S = 10.0  # a rank other than 0 waits this long before reporting a timeout rank 0 reports as well
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 1800.0  # torch's default for starting the group: nodes of a job start minutes apart
 
 
@@ -139,6 +140,24 @@ def _missing_ranks(rank: int, world: int, grace_s: float = 3.0) -> list[int] | N
         return None
 
 
+def _ranks_that_timed_out(rank: int, world: int, wait_s: float = 3.0) -> list[int] | None:
+    """Other ranks that marked a collective timeout in the store (`_missing_ranks`), waiting up to `wait_s` for the
+    first mark: a peer that closed its connection mid-collective because it timed out marks itself just before or
+    after. None when the store is gone."""
+    try:
+        import torch.distributed as dist
+
+        store = dist.distributed_c10d._get_default_store()
+        deadline = time.monotonic() + wait_s
+        while True:
+            marked = [r for r in range(world) if r != rank and store.check([f"lit_iclr/timed_out/{r}"])]
+            if marked or time.monotonic() > deadline:
+                return marked
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - the store died with the group
+        return None
+
+
 def collective_timeout(trainer: Any, error: BaseException) -> CollectiveTimeoutError | None:
     """A one-line `CollectiveTimeoutError` naming this rank (and the ranks that never arrived) when `error` is a
     process-group timeout, or a peer lost during a collective, of a multi-process run; else None."""
@@ -150,13 +169,27 @@ def collective_timeout(trainer: Any, error: BaseException) -> CollectiveTimeoutE
     limit = f"{timeout.total_seconds():g} s" if timeout is not None else "the process-group timeout"
     first = str(error).strip().splitlines()[0][:160]
     if re.search(r"closed by peer|reset by peer", str(error), re.IGNORECASE):
-        what = "a collective failed: another rank stopped during it (it crashed, timed out or was killed; see its error)"
+        # a peer that timed out closes its connections: it waited in a collective that the ranks without a timeout
+        # mark (this one included) never reached, e.g. this rank was in another collective (a broadcast read on one
+        # rank only) or stopped
+        timed_out = _ranks_that_timed_out(rank, world)
+        if timed_out:
+            never = [r for r in range(world) if r not in timed_out]
+            what = (f"rank(s) {', '.join(map(str, timed_out))} timed out after {limit} in a collective that rank(s) "
+                    f"{', '.join(map(str, never))} never reached (they were in another collective or stopped)")
+        else:
+            what = ("a collective failed: another rank stopped during it (it crashed, timed out or was killed; see "
+                    "its error)")
     else:
         missing = _missing_ranks(rank, world)
         who = (f"rank(s) {', '.join(map(str, missing))} never reached it" if missing else
                "every rank reached a collective, but not the same one (ranks took different code paths)"
                if missing == [] else "another rank never reached it")
         what = f"a collective did not complete within {limit}: {who}"
+    if rank != 0 and 0 in (_ranks_that_timed_out(rank, world, wait_s=0.0) or []):
+        # rank 0 timed out too and reports the same collective (and, under Lightning's launcher, stops this rank): a
+        # moment's wait leaves its one line alone on the console; under torchrun/SLURM this rank's line follows
+        time.sleep(REPORT_DELAY_S)
     return CollectiveTimeoutError(
         f"rank {rank} of {world}: {what} ({first}); fix: make every rank run the same collectives (same number of "
         "batches and steps, no rank-dependent `self.log(sync_dist=True)` or early return), or raise `timeout_s` of the "

@@ -20,6 +20,7 @@ HumanML3D's own (new_joint_vecs[..., -4:]) when the features are there, else the
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +30,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from lit_iclr.core import BaseDataModule, ConfigError, DatasetFormatError
-from lit_iclr.core.loader import ResumableDataLoader
+from lit_iclr.core.loader import EveryIndexOnEveryRank, ResumableDataLoader
 
 from . import formats
 from .maps import control_maps, project
@@ -132,12 +133,20 @@ def load_motion(root: Path, cid: str, tokenizer: formats.WordTokenizer, stats: t
     return out
 
 
+def item_rng(epoch: int, index: int) -> np.random.Generator:
+    """The random choices of training item `index` in `epoch` (window, paraphrase): a function of (the run's seed, epoch,
+    index) only, not of the process's RNG, which differs between DDP ranks and between a DDP run and one process (so
+    a sample got another paraphrase on each), nor of how items are batched or resumed."""
+    return np.random.default_rng([int(os.environ.get("PL_GLOBAL_SEED", 0)), epoch, index])
+
+
 class MotionDataset(Dataset):
     """HumanML3D alone: items are caption lines on their (sub-)clips, a random window of `window` motion frames when
     training, else every non-overlapping window; frames subsampled by `stride`, the window's first root at x = z = 0."""
 
     def __init__(self, motions: list[dict], window: int, stride: int, train: bool):
         self.motions, self.window, self.stride, self.train = motions, window, stride, train
+        self.epoch = 0  # set by the module each training epoch: new random windows every epoch (`item_rng`)
         self.items: list[tuple[int, int, int, int]] = []  # (motion, caption, first frame, last start)
         self.skipped = 0
         for m, mo in enumerate(motions):
@@ -155,7 +164,7 @@ class MotionDataset(Dataset):
     def __getitem__(self, i: int) -> dict:
         m, k, lo, hi = self.items[i]
         mo = self.motions[m]
-        s = int(torch.randint(lo, hi + 1, ())) if hi > lo else lo
+        s = int(item_rng(self.epoch, i).integers(lo, hi + 1)) if hi > lo else lo
         frames = slice(s, s + self.window, self.stride)
         joints = mo["joints3d"][frames].copy()
         joints[..., [0, 2]] -= mo["joints3d"][s, 0, [0, 2]]  # root of the window's first frame above the origin
@@ -172,13 +181,14 @@ class MotionVideoDataset(Dataset):
 
     def __init__(self, clips: list[dict], train: bool):
         self.clips, self.train = clips, train
+        self.epoch = 0  # set by the module each training epoch: new random paraphrases every epoch (`item_rng`)
 
     def __len__(self) -> int:
         return len(self.clips)
 
     def __getitem__(self, i: int) -> dict:
         c = self.clips[i]
-        k = int(torch.randint(len(c["text_ids"]), ())) if self.train else 0
+        k = int(item_rng(self.epoch, i).integers(len(c["text_ids"]))) if self.train else 0
         out = {k2: torch.as_tensor(v) for k2, v in c.items() if k2 not in ("text_ids", "text_mask", "caption", "video")}
         out["video"] = torch.as_tensor(c["video"]).permute(0, 3, 1, 2).float() / 127.5 - 1  # (T, 3, H, W) in [-1, 1]
         out["text_ids"], out["text_mask"] = torch.as_tensor(c["text_ids"][k]), torch.as_tensor(c["text_mask"][k])
@@ -290,8 +300,17 @@ class HumanMotionVideo(BaseDataModule):
         return ResumableDataLoader(self.splits["train"], self.batch_size, shuffle=True, num_workers=self.num_workers,
                                    drop_last=len(self.splits["train"]) > self.batch_size)
 
+    def _eval_loader(self, split: str) -> DataLoader:
+        # the whole split on every rank under DDP, in batches of the global batch size: KID and the other video metrics
+        # compare sets of samples (halves of the clips), not sums a rank could contribute its share of, and the noise
+        # of a batch (seeded by its index) is then one process's, so every rank logs one process's metrics
+        world = self.trainer.world_size if self.trainer is not None else 1
+        data = self.splits[split]
+        return DataLoader(data, self.batch_size * world, sampler=EveryIndexOnEveryRank(len(data)),
+                          num_workers=self.num_workers)
+
     def val_dataloader(self):
-        return DataLoader(self.splits["val"], self.batch_size, num_workers=self.num_workers)
+        return self._eval_loader("val")
 
     def test_dataloader(self):
-        return DataLoader(self.splits["test"], self.batch_size, num_workers=self.num_workers)
+        return self._eval_loader("test")

@@ -18,6 +18,7 @@ from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule, ConfigError
 from lit_iclr.core.figures import log_figure
+from lit_iclr.core.global_batch import rank_rows, step_rng
 from lit_iclr.core.summary import Headline
 from lit_iclr.core.threads import CpuThreads
 
@@ -135,20 +136,27 @@ class MoSA(BaseModule):
         return control_maps((structure + 1) / 2 * self.hparams.image_size, self.hparams.image_size)
 
     # ----- losses
+    def draw(self, draw, shape) -> torch.Tensor:
+        """`draw(shape)`; in training drawn for the global batch and this rank's rows kept (`core.global_batch`), so
+        under DDP the ranks' t and noise together are one process's. Evaluation runs whole on every rank with the
+        global batch (`HumanMotionVideo`'s evaluation loaders), so there it draws as one process does."""
+        return rank_rows(draw, shape) if self.training else draw(shape)
+
     def structure_loss(self, batch: dict) -> dict[str, torch.Tensor]:
         x0 = self.structure_target(batch)
-        t = torch.rand(len(x0), device=x0.device)
-        x0_hat = self.structure_net(interpolate(x0, torch.randn_like(x0), t), t, batch["text_ids"], batch["text_mask"])
+        t = self.draw(lambda s: torch.rand(s, device=x0.device), (len(x0),))
+        noise = self.draw(lambda s: torch.randn(s, device=x0.device), x0.shape)
+        x0_hat = self.structure_net(interpolate(x0, noise, t), t, batch["text_ids"], batch["text_mask"])
         out = {"struct_mse": F.mse_loss(x0_hat, x0)}
         if self.structure == "3d":
             out["bone"] = bone_loss(x0_hat, x0)
-            out["contact"] = contact_loss(x0_hat, batch["contacts"])
+            out["contact"] = contact_loss(x0_hat, batch["contacts"], sync=self.training)
         return out
 
     def video_loss(self, batch: dict, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         x0 = batch["video"]
-        t = torch.rand(len(x0), device=x0.device, generator=generator)
-        noise = torch.randn(x0.shape, device=x0.device, generator=generator)
+        t = self.draw(lambda s: torch.rand(s, device=x0.device, generator=generator), (len(x0),))
+        noise = self.draw(lambda s: torch.randn(s, device=x0.device, generator=generator), x0.shape)
         x_t = interpolate(x0, noise, t)
         maps = None
         if self.structure != "none":  # ground-truth structure maps (precomputed by the data when present)
@@ -156,7 +164,8 @@ class MoSA(BaseModule):
         v = self.video_net(x_t, t, batch["text_ids"], batch["text_mask"], maps)
         out = {"fm": F.mse_loss(v, noise - x0)}
         if self.hparams.lambda_track > 0:
-            out["track"] = tracking_loss(x0_from_velocity(x_t, v, t), batch["tracks"], batch["track_visible"])
+            out["track"] = tracking_loss(x0_from_velocity(x_t, v, t), batch["tracks"], batch["track_visible"],
+                                         sync=self.training)
         return out
 
     def total(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -165,9 +174,10 @@ class MoSA(BaseModule):
         return sum(w[k] * v for k, v in parts.items())
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        parts = self.video_loss(batch) if self.video_net is not None else {}
-        if self.structure_net is not None:
-            parts |= self.structure_loss(batch)
+        with step_rng(self.global_step):  # t and noise: seeded by the step, the same on every rank (and on resume)
+            parts = self.video_loss(batch) if self.video_net is not None else {}
+            if self.structure_net is not None:
+                parts |= self.structure_loss(batch)
         loss = self.total(parts)
         self.log_train({"train/loss": loss, **{f"train/{k}": v for k, v in parts.items()}}, prog_bar=["train/loss"])
         return loss
@@ -300,6 +310,9 @@ class MoSA(BaseModule):
             steps_left is not None and steps_left <= t.num_training_batches)
         if last and t.check_val_every_n_epoch is not None:
             t.check_val_every_n_epoch = 1
+        ds = getattr(t.train_dataloader, "dataset", None)
+        if hasattr(ds, "epoch"):
+            ds.epoch = t.current_epoch  # the items' random windows and paraphrases of this epoch (`data.item_rng`)
 
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from lit_iclr.core.global_batch import rank_denominator
+
 from .skeleton import BONES, FOOT_JOINTS
 
 _PAR = [p for p, _ in BONES]
@@ -34,13 +36,14 @@ def bone_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (bone_lengths(pred) - bone_lengths(target)).abs().mean()
 
 
-def contact_loss(pred: torch.Tensor, contacts: torch.Tensor) -> torch.Tensor:
+def contact_loss(pred: torch.Tensor, contacts: torch.Tensor, sync: bool = False) -> torch.Tensor:
     """Contact constraint on 3-D joints (B, T, 22, 3): no foot below the floor, relu(-y_f); no sliding while the foot is
-    in contact, |p_f(t+1) - p_f(t)|^2 masked by the contact flags c_f(t) (B, T, 4), as MDM's foot-contact loss."""
+    in contact, |p_f(t+1) - p_f(t)|^2 masked by the contact flags c_f(t) (B, T, 4), as MDM's foot-contact loss.
+    `sync`: the sliding term's contact count is the global batch's (`core.global_batch.rank_denominator`)."""
     feet = pred[..., FOOT_JOINTS, :]
     penetration = F.relu(-feet[..., 1]).mean()
     vel = feet[:, 1:] - feet[:, :-1]
-    sliding = ((vel**2).sum(-1) * contacts[:, :-1]).sum() / contacts[:, :-1].sum().clamp_min(1)
+    sliding = ((vel**2).sum(-1) * contacts[:, :-1]).sum() / rank_denominator(contacts[:, :-1].sum(), sync, 1.0)
     return penetration + sliding
 
 
@@ -52,12 +55,13 @@ def sample_points(video: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     return out[..., 0].permute(0, 2, 1).reshape(B, T, -1, C)
 
 
-def tracking_loss(video: torch.Tensor, tracks: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+def tracking_loss(video: torch.Tensor, tracks: torch.Tensor, visible: torch.Tensor, sync: bool = False) -> torch.Tensor:
     """Dense tracking constraint: L1 change of the video's colour along each track between consecutive frames where the
-    point is visible in both (visible (B, T, N)); zero for a video that moves exactly with the tracked surface."""
+    point is visible in both (visible (B, T, N)); zero for a video that moves exactly with the tracked surface.
+    `sync`: the count of visible pairs is the global batch's (`core.global_batch.rank_denominator`)."""
     col = sample_points(video, tracks)
     both = (visible[:, 1:] * visible[:, :-1])[..., None]
-    return ((col[:, 1:] - col[:, :-1]).abs() * both).sum() / (both.sum() * col.shape[-1]).clamp_min(1)
+    return ((col[:, 1:] - col[:, :-1]).abs() * both).sum() / rank_denominator(both.sum() * col.shape[-1], sync, 1.0)
 
 
 @torch.no_grad()

@@ -164,7 +164,7 @@ class MergingFFN(nn.Module):
     def _smoe(self, x: Tensor) -> Tensor:
         """Token-level top-k SMoE. Loops over experts (not tokens): each iteration is one matmul on its tokens."""
         tokens = x.reshape(-1, self.D)
-        gates = self.router(tokens)
+        gates = self.router(tokens, samples=x.shape[0])
         y = torch.zeros_like(tokens)
         for e in range(self.bank.shape[0]):
             idx = gates[:, e].nonzero().squeeze(-1)
@@ -178,7 +178,7 @@ class MergingFFN(nn.Module):
         if self.mode == "smoe":
             return self._smoe(x)
         u, xu = self.units(x)
-        gates = self.router(u)
+        gates = self.router(u, samples=x.shape[0])
         merged = self.merger(self.bank, gates, self.chain, self.chain_index, self.curvature)
         merged = merged.expand(xu.shape[0], -1)                 # (1, P) when the merge is unit-independent
         return self.apply_expert(xu, merged).reshape_as(x)

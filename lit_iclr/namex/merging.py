@@ -21,6 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from lit_iclr.core.global_batch import sum_over_ranks
+
 from .nash import nash_weights, normalize_gram
 from .propagation import Chain, PropagationState, complex_momentum_step
 
@@ -169,8 +171,10 @@ class ExpertMerger(nn.Module):
         G = tau.gram()                                                       # Gram matrix [tau_i . tau_j]
         alpha = nash_weights(normalize_gram(G), iters=self.nash_iters)      # G alpha = 1/alpha
         self.last_alpha, self.last_tau_norm = alpha, G.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt()
-        if self.training:
-            self.alpha_cache.copy_(alpha.mean(0))
+        if self.training:  # the mean over the global batch's units (summed over the ranks under DDP)
+            stats = torch.cat([alpha.detach().sum(0), alpha.new_tensor([alpha.shape[0]])])
+            stats = sum_over_ranks(stats, sync=True)
+            self.alpha_cache.copy_(stats[:-1] / stats[-1])
         return alpha.to(tau.dtype)
 
     def tick(self) -> None:

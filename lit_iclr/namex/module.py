@@ -11,6 +11,7 @@ from torch import Tensor
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure, plt
+from lit_iclr.core.global_batch import rank_denominator, step_rng
 from lit_iclr.core.summary import CardValue, Headline
 
 from .ffn import MergeOptions
@@ -50,9 +51,9 @@ class MergingModule(BaseModule):
     def log_balance(self) -> None:
         """val/contrib_cv_{nash,uniform}: spread of ||alpha_i tau_i|| vs ||tau_i|| across experts (NAMEx only)."""
         spread = contribution_spread(self.net)
-        if spread is not None:
-            self.log("val/contrib_cv_nash", spread[0])
-            self.log("val/contrib_cv_uniform", spread[1])
+        if spread is not None:  # under DDP: the mean over the ranks' first batches (each rank logs one)
+            self.log("val/contrib_cv_nash", spread[0], sync_dist=True)
+            self.log("val/contrib_cv_uniform", spread[1], sync_dist=True)
 
     def configure_optimizers(self):
         opt = self.optimizer(self.parameters())
@@ -103,7 +104,8 @@ class NAMExImageClassifier(MergingModule):
         return self.net((x - FASHION_MEAN) / FASHION_STD)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self(batch["x"])
+        with step_rng(self.global_step):  # the routers' noise: one process's on the global batch under DDP
+            logits = self(batch["x"])
         ce = F.cross_entropy(logits, batch["y"], label_smoothing=self.hparams.label_smoothing)
         loss = self.add_aux(ce)
         self.log("train/loss", ce, prog_bar=True)
@@ -184,8 +186,11 @@ class PerplexityModule(MergingModule):
         raise NotImplementedError
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        nll = self.token_nll(batch)
-        ce = nll.sum() / batch["attention_mask"][:, 1:].sum()
+        with step_rng(self.global_step):  # the routers' noise: one process's on the global batch under DDP
+            nll = self.token_nll(batch)
+        # the mean over the global batch's tokens: under DDP the denominator is the ranks' token count / world, so
+        # DDP's average of the ranks' losses is summed NLL / all tokens, not a mean of per-rank means
+        ce = nll.sum() / rank_denominator(batch["attention_mask"][:, 1:].sum(), sync=True, min_total=1.0)
         self.log("train/loss", ce, prog_bar=True)
         return self.add_aux(ce)
 
@@ -195,7 +200,10 @@ class PerplexityModule(MergingModule):
         self._nll[1] += int(batch["attention_mask"][:, 1:].sum())
 
     def _log_ppl(self, stage: str) -> None:
-        total, count = self._nll
+        # summed NLL and token count over the ranks (each rank's share of the split), so every token counts once
+        sums = self.trainer.strategy.reduce(torch.tensor(self._nll, dtype=torch.float64, device=self.device),
+                                            reduce_op="sum") if self._trainer is not None else torch.tensor(self._nll)
+        total, count = float(sums[0]), float(sums[1])
         mean = torch.tensor(total / max(count, 1))
         self.log(f"{stage}/loss", mean)
         self.log(f"{stage}/ppl", mean.exp(), prog_bar=stage == "val")
@@ -298,7 +306,8 @@ class NAMExTopicClassifier(MergingModule):
         return self.net(batch["input_ids"], batch["attention_mask"])
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self(batch)
+        with step_rng(self.global_step):  # the routers' noise: one process's on the global batch under DDP
+            logits = self(batch)
         ce = F.cross_entropy(logits, batch["topic"])
         self.log("train/loss", ce, prog_bar=True)
         self.log("train/acc", (logits.argmax(-1) == batch["topic"]).float().mean())

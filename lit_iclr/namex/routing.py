@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_iclr.core.global_batch import randn_rows, sum_over_ranks
+
 
 def cv_squared(v: Tensor) -> Tensor:
     """Squared coefficient of variation var(v) / mean(v)^2 (0 for a single expert)."""
@@ -39,14 +41,20 @@ class Router(nn.Module):
         nn.init.normal_(self.w_gate, std=0.02)
         self.aux_loss: Tensor | None = None
 
-    def forward(self, u: Tensor) -> Tensor:
-        """Gates (U, n) for router inputs u (U, dim): rows sum to one, k non-zeros."""
+    def forward(self, u: Tensor, samples: int | None = None) -> Tensor:
+        """Gates (U, n) for router inputs u (U, dim) of `samples` sequences (default U; each a run of U // samples
+        consecutive rows): rows sum to one, k non-zeros.
+
+        In training under DDP the noise is drawn for the global batch (this rank's sequences kept; the module seeds
+        the step's RNG alike on every rank, `core.global_batch.step_rng`) and importance and
+        load are summed over the ranks before cv^2, so the gates and the balancing loss are one process's on the global
+        batch (cv^2 of a rank's share is not a mean over samples)."""
         logits = u @ self.w_gate
         if self.noisy and self.training:
             std = F.softplus(u @ self.w_noise) + 1e-2
-            logits = logits + torch.randn_like(logits) * std
+            logits = logits + randn_rows(logits, samples) * std
         gates = top_k_gates(logits, self.top_k)
-        importance = gates.reshape(-1, self.num_experts).sum(0)
-        load = (gates.reshape(-1, self.num_experts) > 0).sum(0)
+        importance = sum_over_ranks(gates.reshape(-1, self.num_experts).sum(0), sync=self.training)
+        load = sum_over_ranks((gates.reshape(-1, self.num_experts) > 0).sum(0).float(), sync=self.training)
         self.aux_loss = cv_squared(importance) + cv_squared(load)
         return gates

@@ -1,7 +1,8 @@
 """Run by the DDP tests as its own process (real DDP over gloo on the CPU), saving what each rank ends with.
 
     python tests/core/ddp_worker.py toy OUT_DIR DEVICES BATCH_SIZE         the toy model, 6 steps
-    python tests/core/ddp_worker.py skip OUT_DIR                           rank 1 never reaches rank 0's all-reduce
+    python tests/core/ddp_worker.py skip OUT_DIR [MODEL]                   rank 1 never reaches rank 0's all-reduce
+                                                                           (BroadcastOnRankZeroToy: rank 0's broadcast)
     python tests/core/ddp_worker.py twin OUT_DIR CONFIG DEVICES [ARGS...]  a twin config for one optimiser step
 
 `twin` is the first-step-equality harness (`first_step` below runs it twice): `DEVICES` processes each with the
@@ -42,6 +43,17 @@ class SkippingToy(ToyRegression):
         return super().training_step(batch, batch_idx)
 
 
+class BroadcastOnRankZeroToy(ToyRegression):
+    """Rank 0 alone reads `trainer.log_dir` (a broadcast from rank 0) at the second step, while rank 1 goes on to that
+    step's gradient all-reduce: the hang model interactions had, both ranks waiting in different collectives."""
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 1 and self.global_rank == 0:
+            (Path(self.trainer.default_root_dir).parent / "entered").write_text(str(time.time()))
+            _ = self.trainer.log_dir
+        return super().training_step(batch, batch_idx)
+
+
 def _save(cli, out: Path, devices: str, **extra) -> None:
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
     params = {k: v.detach().cpu().clone() for k, v in cli.model.named_parameters()}
@@ -59,9 +71,9 @@ def toy(out: Path, devices: str, batch: str) -> None:
     _save(cli, out, devices, val_loss=float(cli.trainer.callback_metrics["val/loss"]))
 
 
-def skip(out: Path) -> None:
+def skip(out: Path, model: str = "SkippingToy") -> None:
     sys.modules.setdefault("tests.core.ddp_worker", sys.modules["__main__"])  # the model class by its import path
-    main(["fit", "--config", "configs/trainer/ddp.yaml", "--model", "tests.core.ddp_worker.SkippingToy", "--data",
+    main(["fit", "--config", "configs/trainer/ddp.yaml", "--model", f"tests.core.ddp_worker.{model}", "--data",
           "ToyData", "--data.init_args.data_dir", str(out / "data"), "--data.init_args.batch_size", "4",
           "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy.init_args.timeout_s", "5",
           "--trainer.max_steps", "6", "--trainer.num_sanity_val_steps", "0", *QUIET,
@@ -125,6 +137,18 @@ def first_step(config: str | Path, out: Path, *args: str) -> dict:
 WALL_CLOCK = ("_per_s", "speed_ratio")  # measured speeds (JULI), not reduced values
 
 
+def measured(result: dict) -> dict:
+    """What the platform card's table reports of a `first_step` result: the largest parameter difference of the ranks
+    against one process, and the validation metrics compared (those `compare` checks) with the largest relative one."""
+    single, ranks = result["single"], result["ranks"]
+    diff = max(((r["state"][k].double() - v.double()).abs().max().item() for k, v in single["state"].items()
+                for r in ranks if k in r["state"] and r["state"][k].shape == v.shape and v.numel()), default=0.0)
+    keys = [k for k in single["metrics"] if k.startswith("val/") and not any(t in k for t in WALL_CLOCK)]
+    rel = max((abs(r["metrics"].get(k, float("nan")) - single["metrics"][k]) / max(abs(single["metrics"][k]), 1e-12)
+               for k in keys for r in ranks), default=0.0)
+    return {"max_param_diff": diff, "val_metrics": len(keys), "max_metric_rel_diff": rel}
+
+
 def compare(result: dict, rtol: float = 1e-4, atol: float = 1e-4) -> list[str]:
     """Where a `first_step` result breaks first-step equality or metric reduction, as lines ([] when it holds)."""
     single, ranks = result["single"], result["ranks"]
@@ -153,7 +177,7 @@ if __name__ == "__main__":
     if mode == "toy":
         toy(Path(rest[0]), rest[1], rest[2])
     elif mode == "skip":
-        skip(Path(rest[0]))
+        skip(Path(rest[0]), *rest[1:])
     elif mode == "twin":
         twin(Path(rest[0]), rest[1], rest[2], *rest[3:])
     else:

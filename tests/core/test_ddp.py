@@ -48,6 +48,25 @@ def test_rank_skipping_a_collective_fails_within_the_timeout_naming_the_rank(tmp
     assert 5 <= waited < 5 + 30, waited  # the timeout, the 3 s look for the other ranks, the process's exit
 
 
+@pytest.mark.slow  # 2 processes and a 5 s timeout: 20-60 s; test_rank_skipping_a_collective... is the fast one
+def test_ranks_in_different_collectives_end_in_one_line_within_the_timeout(tmp_path):
+    """Model interactions' hang: rank 0 alone reads `trainer.log_dir` (a broadcast) while rank 1 goes on to the step's
+    gradient all-reduce. Both wait in a collective the other never reaches; with `timeout_s: 5` the run ends in one
+    line naming the ranks within seconds, whichever rank's timeout (or closed connection) comes first."""
+    proc = subprocess.run([sys.executable, str(WORKER), "skip", str(tmp_path), "BroadcastOnRankZeroToy"],
+                          capture_output=True, text=True, timeout=240, cwd=WORKER.parents[2])
+    ended = time.time()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lit-iclr: error:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[0].startswith("lit-iclr: error: rank 0 of 2: ") and "fix: make every rank run the same collectives" \
+        in lines[0], lines[0]
+    assert ("every rank reached a collective, but not the same one" in lines[0]
+            or "rank(s) 1 timed out after 5 s in a collective that rank(s) 0 never reached" in lines[0]), lines[0]
+    waited = ended - float((tmp_path / "entered").read_text())
+    assert 5 <= waited < 5 + 40, waited
+
+
 def test_one_process_method_is_refused_before_processes_start(tmp_path, capsys):
     """A method with `single_process_reason` on 2 devices: one line naming it, the reason and the fix, before
     anything is launched; on one device it trains."""

@@ -81,9 +81,16 @@ def test_humanml3d_alone_reads_windows_over_the_whole_motion_with_its_own_contac
     np.testing.assert_array_equal(item["contacts"].numpy(), vec[20:36:2, -4:])  # HumanML3D's labels ...
     assert not np.array_equal(item["contacts"].numpy(), foot_contacts(j)[20:36:2])  # ... not the height rule
     np.testing.assert_allclose(item["motion_vecs"].numpy(), vec[20:36:2] / 2.0, atol=2e-3)  # (vec - Mean) / Std
-    # training windows are random inside their (sub-)clip and cover all of it over draws
+    # training windows are random inside their (sub-)clip and cover all of it over epochs; within an epoch an item's
+    # window is a function of (seed, epoch, index), the same whatever the process's RNG (DDP ranks, resume)
     torch.manual_seed(0)
-    seen = {round(float(train[4]["joints3d"][0, 3, 1]) * 1000) for _ in range(200)}  # motion 1, the sub-clip
+    first = train[4]["joints3d"]
+    torch.manual_seed(1)
+    assert torch.equal(train[4]["joints3d"], first)
+    seen = set()
+    for epoch in range(200):
+        train.epoch = epoch
+        seen.add(round(float(train[4]["joints3d"][0, 3, 1]) * 1000))  # motion 1, the sub-clip
     assert min(seen) == 20 and max(seen) == 34 and len(seen) == 15
 
 
