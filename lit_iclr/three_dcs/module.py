@@ -76,9 +76,15 @@ class ConformerEncoder(BaseModule):
         self._abs_err.append((pred - batch["y"]).abs().detach())
 
     def on_validation_epoch_end(self):
-        if self._abs_err:
-            mae = torch.cat(self._abs_err).mean()
-            self._abs_err = []
+        # each rank holds its share of the validation set: the sum and count of the errors are reduced over the ranks
+        # (every rank takes part, also one whose share was empty), so the MAE counts each molecule once
+        err = torch.cat(self._abs_err) if self._abs_err else torch.zeros(0, device=self.device)
+        self._abs_err = []
+        strategy = self.trainer.strategy
+        total = strategy.reduce(err.sum().double(), reduce_op="sum")
+        count = strategy.reduce(torch.tensor(float(err.numel()), dtype=torch.float64, device=err.device), reduce_op="sum")
+        if float(count) > 0:
+            mae = (total / count).float()
             dm = getattr(self.trainer, "datamodule", None)
             self.log("val/mae", mae, prog_bar=True)
             if dm is not None and hasattr(dm, "y_std"):

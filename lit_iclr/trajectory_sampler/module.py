@@ -15,6 +15,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+import torchmetrics
 from lightning.pytorch.cli import OptimizerCallable
 
 from lit_iclr.core import BaseModule
@@ -60,6 +61,9 @@ class LandscapePredictor(BaseModule):
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
         self.net = LandscapeMLP(input_dim, hidden, depth, activation)
+        # R^2 of the whole validation set (1 - SSE / SST over all samples, its sums reduced over ranks), not a mean of
+        # per-batch R^2 values, which depends on how the set is batched and split
+        self.val_r2 = torchmetrics.R2Score()
         self._ladder: list[tuple[int, dict[str, torch.Tensor]]] = []
         self._every = 1
 
@@ -74,8 +78,11 @@ class LandscapePredictor(BaseModule):
     def validation_step(self, batch, batch_idx):
         pred = self(batch["x"])
         mse = F.mse_loss(pred, batch["y"])
-        self.log("val/mse", mse, prog_bar=True)
-        self.log("val/r2", 1 - mse / batch["y"].var(unbiased=False).clamp_min(1e-12))
+        # sync_dist: the ranks' shares of the validation set, weighted by their sizes (each sample once)
+        n = len(batch["y"])
+        self.log("val/mse", mse, prog_bar=True, batch_size=n, sync_dist=True)
+        self.val_r2.update(pred.detach().flatten(), batch["y"].flatten())
+        self.log("val/r2", self.val_r2)
 
     def configure_optimizers(self):
         return self.optimizer(self.parameters())
@@ -174,8 +181,9 @@ class ImageClassifier(BaseModule):
 
     def validation_step(self, batch, batch_idx):
         logits = self(batch["x"])
-        self.log("val/ce", F.cross_entropy(logits, batch["y"]))
-        self.log("val/acc", (logits.argmax(-1) == batch["y"]).float().mean(), prog_bar=True)
+        n = len(batch["y"])  # sync_dist: each sample of the ranks' shares once
+        self.log("val/ce", F.cross_entropy(logits, batch["y"]), batch_size=n, sync_dist=True)
+        self.log("val/acc", (logits.argmax(-1) == batch["y"]).float().mean(), prog_bar=True, batch_size=n, sync_dist=True)
 
     def headline(self) -> Headline:
         # this fit only trains the predictor; the method's comparison (trajectory annealing vs single-model samplers)
