@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -200,24 +199,12 @@ def project_plain_worker(data: str) -> None:
         proto.flush()
 
 
-class Worker:
-    def __init__(self, python: str, *args: str, core: int | None):
-        pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([python, __file__, "--worker", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env, cwd=ROOT, preexec_fn=pin)
+def Worker(python: str, *args: str, core: int | None):
+    """One side in its own process, pinned to `core` (`core.timing.PinnedWorker`); asked `{}` for one epoch."""
+    from lit_iclr.core.timing import PinnedWorker  # the driver's import: the official side's Python has no lit_iclr
 
-    def epoch(self) -> dict:
-        self.proc.stdin.write("{}\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.proc.args[3:]} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return PinnedWorker([python, __file__, "--worker", *args], env, ROOT, core)
 
 
 # ----------------------------------------------------------------------------------------------------------- driver
@@ -250,12 +237,12 @@ def main() -> None:
         sides["project fit (A/A)"] = Worker(sys.executable, "fit", data, core=core)
         if not args.no_plain:
             sides["project, no Lightning"] = Worker(sys.executable, "plain", data, core=core)
-        first = {name: w.epoch()["cpu"] for name, w in sides.items()}
+        first = {name: w.ask({})["cpu"] for name, w in sides.items()}
         cpu = {name: [] for name in sides}
         names = list(sides)
         for r in range(args.repeats):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                cpu[name].append(sides[name].epoch()["cpu"])
+                cpu[name].append(sides[name].ask({})["cpu"])
         for w in sides.values():
             w.close()
         print(f"[run {run}] " + json.dumps({"first_epoch_cpu_s": first, "cpu_s_per_epoch": cpu}), flush=True)

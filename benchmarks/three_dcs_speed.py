@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -192,24 +191,11 @@ def worker(side: str, data: str, repo: str) -> None:
         proto.flush()
 
 
-class Worker:
-    def __init__(self, python: str, side: str, data: str, repo: str, core: int | None):
-        pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
-        self.proc = subprocess.Popen([python, __file__, "--worker", side, data, repo], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=_single_thread_env(), cwd=ROOT,
-                                     preexec_fn=pin)
+def Worker(python: str, side: str, data: str, repo: str, core: int | None):
+    """One side in its own process, pinned to `core` (`core.timing.PinnedWorker`)."""
+    from lit_iclr.core.timing import PinnedWorker  # the driver's import: the official side's Python has no lit_iclr
 
-    def ask(self, req: dict) -> dict:
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.proc.args[3]} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+    return PinnedWorker([python, __file__, "--worker", side, data, repo], _single_thread_env(), ROOT, core)
 
 
 # ----------------------------------------------------------------------------------------------------------- driver

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -216,27 +215,13 @@ def serve(run) -> None:
         proto.flush()
 
 
-class Worker:
-    """One side in its own process; with `core` set, the process and every thread it starts run on that core only (XLA
-    keeps a thread pool of its own even with one intra-op thread: unpinned, the official side ran on 1.7 cores' worth
-    of CPU time per wall second)."""
+def Worker(python: str, *args: str, core: int | None = None, env: dict[str, str] | None = None):
+    """One side in its own process (`core.timing.PinnedWorker`); with `core` set, the process and every thread it starts
+    run on that core only (XLA keeps a thread pool of its own even with one intra-op thread: unpinned, the official
+    side ran on 1.7 cores' worth of CPU time per wall second). Asked `{"steps": n}`."""
+    from lit_iclr.core.timing import PinnedWorker  # the driver's import: the official side's Python has no lit_iclr
 
-    def __init__(self, python: str, *args: str, core: int | None = None, env: dict[str, str] | None = None):
-        pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
-        self.proc = subprocess.Popen([python, __file__, "--worker", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env={**_single_thread_env(), **(env or {})}, cwd=ROOT, preexec_fn=pin)
-
-    def run(self, steps: int) -> dict[str, float]:
-        self.proc.stdin.write(json.dumps({"steps": steps}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.proc.args[3:]} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+    return PinnedWorker([python, __file__, "--worker", *args], {**_single_thread_env(), **(env or {})}, ROOT, core)
 
 
 # ----------------------------------------------------------------------------------------------------------- driver
@@ -254,14 +239,14 @@ def shared_transitions(path: Path) -> Path:
 
 def measure(setting: str, sides: dict[str, Worker], steps: int, repeats: int) -> dict[str, dict]:
     # first call: XLA's jit / torch.compile (the fit side's first block warms up; its clock starts after step 1)
-    out = {name: {"first_s": w.run(1)["first_step"]} for name, w in sides.items()}
+    out = {name: {"first_s": w.ask({"steps": 1})["first_step"]} for name, w in sides.items()}
     for name, w in sides.items():
-        w.run(max(1, steps // 4))  # settle
+        w.ask({"steps": max(1, steps // 4)})  # settle
         out[name]["ms"] = []
     names = list(sides)
     for k in range(repeats):  # interleaved blocks; the order rotates each round (no side always runs first or last)
         for name in names[k % len(names):] + names[:k % len(names)]:
-            r = sides[name].run(steps)
+            r = sides[name].ask({"steps": steps})
             taken = r.get("steps", steps)  # a fit with several updates per Trainer batch rounds up to whole batches
             out[name]["ms"].append(1000.0 * r["cpu"] / taken)
             out[name].setdefault("wall_ms", []).append(1000.0 * r["wall"] / taken)

@@ -1,9 +1,14 @@
-"""`core/timing.py`: every side runs once per round, in an order that rotates, and its own block is what is timed."""
+"""`core/timing.py`: every side runs once per round, in an order that rotates, and its own block is what is timed;
+the pinned worker process of the speed comparisons."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 
-from lit_iclr.core.timing import interleaved_cpu_times
+import pytest
+
+from lit_iclr.core.timing import PinnedWorker, interleaved_cpu_times
 
 
 def test_sides_rotate_and_each_block_is_timed_on_its_own():
@@ -22,3 +27,24 @@ def test_sides_rotate_and_each_block_is_timed_on_its_own():
     assert len(times["short"]) == len(times["long"]) == 4
     assert all(0.008 <= t < 0.04 for t in times["short"])
     assert all(0.045 <= t < 0.2 for t in times["long"])
+
+
+def test_pinned_worker_answers_each_request_on_its_core(tmp_path):
+    """`PinnedWorker`: one JSON line in, one out, in order; the child runs on the one core it was given; a child that
+    dies is reported with its exit code instead of hanging the comparison."""
+    echo = tmp_path / "echo.py"
+    echo.write_text("import json, os, sys\n"
+                    "for line in sys.stdin:\n"
+                    "    req = json.loads(line)\n"
+                    "    if req.get('die'):\n"
+                    "        sys.exit(3)\n"
+                    "    print(json.dumps({'twice': 2 * req['x'], 'cores': sorted(os.sched_getaffinity(0))}), flush=True)\n")
+    core = sorted(os.sched_getaffinity(0))[-1]
+    w = PinnedWorker([sys.executable, str(echo)], dict(os.environ), tmp_path, core)
+    assert [w.ask({"x": x})["twice"] for x in (1, 5, -2)] == [2, 10, -4]
+    assert w.ask({"x": 0})["cores"] == [core]
+    w.close()
+    assert w.proc.returncode == 0
+    dying = PinnedWorker([sys.executable, str(echo)], dict(os.environ), tmp_path)
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        dying.ask({"die": True})
