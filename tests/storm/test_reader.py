@@ -106,11 +106,7 @@ def test_stats_match_numpy_and_datamodule_batches(tmp_path):
     # under a year of data the climatology is the per-hour-of-day mean
     clim = wb2.climatology(st, r.times[idx[:4]])
     np.testing.assert_allclose(clim[0], x[0::4].mean(0), rtol=1e-4)
-    dm = WB2WeatherData(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), batch_size=3,
-                        variables=["geopotential@500", "2m_temperature"], static_variables=["land_sea_mask"],
-                        train_period=["2000-01-01:2000-01-08"], val_period=["2000-01-09:2000-01-12"],
-                        test_period=["2000-01-09:2000-01-12"], lead_times=[6, 12], eval_lead_times=[6, 18],
-                        eval_stride=1)
+    dm = eight_day_store(tmp_path, batch_size=3, variables=["geopotential@500", "2m_temperature"])
     dm.setup("fit")
     b = next(iter(dm.val_dataloader()))
     assert b["x"].shape == (3, 2, 2, 8, 16) and b["y"].shape == (3, 2, 2, 8, 16) and b["y_clim"].shape == b["y"].shape
@@ -121,11 +117,7 @@ def test_stats_match_numpy_and_datamodule_batches(tmp_path):
     np.testing.assert_allclose(b["y"][0].numpy(), norm[2:], rtol=1e-4, atol=1e-5)
     assert b["lead_steps"][0].tolist() == [1, 3]
     # lazy reads give the same samples as the in-memory arrays
-    dm2 = WB2WeatherData(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), batch_size=3,
-                         variables=["geopotential@500", "2m_temperature"], static_variables=["land_sea_mask"],
-                         train_period=["2000-01-01:2000-01-08"], val_period=["2000-01-09:2000-01-12"],
-                         test_period=["2000-01-09:2000-01-12"], lead_times=[6, 12], eval_lead_times=[6, 18],
-                         eval_stride=1, in_memory=False)
+    dm2 = eight_day_store(tmp_path, batch_size=3, variables=["geopotential@500", "2m_temperature"], in_memory=False)
     dm2.setup("fit")
     b2 = next(iter(dm2.val_dataloader()))
     np.testing.assert_allclose(b2["x"].numpy(), b["x"].numpy(), rtol=1e-5, atol=1e-6)
@@ -161,16 +153,21 @@ def test_a_training_period_shorter_than_one_batch_is_refused_with_the_numbers(tm
     assert len(dm.train_set) == 17 and len(dm.train_dataloader()) == 1
 
 
+def eight_day_store(tmp_path, batch_size: int, variables: list[str], in_memory: bool | None = None) -> WB2WeatherData:
+    """The DataModule over tmp_path/s.zarr: 8 training days, 4 evaluation days, leads 6/12 h (eval 6/18 h)."""
+    return WB2WeatherData(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), batch_size=batch_size,
+                          variables=variables, static_variables=["land_sea_mask"],
+                          train_period=["2000-01-01:2000-01-08"], val_period=["2000-01-09:2000-01-12"],
+                          test_period=["2000-01-09:2000-01-12"], lead_times=[6, 12], eval_lead_times=[6, 18],
+                          eval_stride=1, in_memory=in_memory)
+
+
 @pytest.mark.parametrize("in_memory", [True, False])
 def test_a_batch_read_at_once_equals_the_collated_samples(tmp_path, in_memory):
     from torch.utils.data import default_collate
 
     make_store(n_times=48).to_zarr(tmp_path / "s.zarr", zarr_format=2)
-    dm = WB2WeatherData(root=str(tmp_path / "s.zarr"), data_dir=str(tmp_path / "cache"), batch_size=4,
-                        variables=["geopotential", "2m_temperature"], static_variables=["land_sea_mask"],
-                        train_period=["2000-01-01:2000-01-08"], val_period=["2000-01-09:2000-01-12"],
-                        test_period=["2000-01-09:2000-01-12"], lead_times=[6, 12], eval_lead_times=[6, 18],
-                        eval_stride=1, in_memory=in_memory)
+    dm = eight_day_store(tmp_path, batch_size=4, variables=["geopotential", "2m_temperature"], in_memory=in_memory)
     dm.setup("fit")
     assert isinstance(dm.train_set.source, np.ndarray) == in_memory
     for ds, idx in ((dm.train_set, [7, 0, 12, 7]), (dm.val_set, [2, 0, 1])):  # repeated and shared time steps
