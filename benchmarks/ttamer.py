@@ -97,8 +97,8 @@ def real_table(source: str, seeds: list[int], train_images: int, epochs: int) ->
     return results
 
 
-def speed() -> None:
-    dm = ExitTableData(source="nested")
+def speed(train_images: int, epochs: int) -> None:
+    dm = ExitTableData(source="nested", train_images=train_images, epochs=epochs)  # seed 0's network
     dm.prepare_data()
     dm.setup("fit")
     m = ExitPolicies(stages=dm.stages)
@@ -146,7 +146,7 @@ def main() -> None:
     if not args.quick and "cascade" not in args.skip:
         real_table("cascade", args.cascade_seeds, args.cascade_images, args.cascade_epochs)
     if "speed" not in args.skip:
-        speed()
+        speed(args.images, args.epochs)
 
 
 if __name__ == "__main__":
