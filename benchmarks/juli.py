@@ -3,14 +3,19 @@
     .venv/bin/python benchmarks/juli.py             # default data (configs/juli.yaml's generated target), 3 seeds
     .venv/bin/python benchmarks/juli.py --quick     # smoke run: 1 seed, 3 settings, few steps
     .venv/bin/python benchmarks/juli.py --world passphrase    # configs/juli_passphrase.yaml's world
+    .venv/bin/python benchmarks/juli.py --world capital_ranked --settings "k=5 (paper)" "k=5, rounded to 4 nats" \
+        "k=5, noise 3 nats" "k=5, no log-probs (ranks only)"   # the wanted opening's rank varies per request
 
 Per seed: a fresh LoRA aligns the generated target to the policy (same steps and optimizer as the config); the true
 top-20 of the target at every position of the attack replies is computed once (what prefilled API calls
 return), and for each API setting a fresh BiasNet trains for the same number of steps on what that API exposes (noise
 drawn anew per batch), then decodes the held-out guarded requests through the API. Every client makes the same API
-calls per token: plain decoding (the policy's behaviour), a random returned candidate, the rank-2 opening, BiasNet.
-Paired 95% CIs are over seeds. Speed: steered tokens/s relative to plain decoding of the same batch in the same run.
-Prints a markdown table and writes `benchmarks/out/juli/results.json`.
+calls per token: plain decoding (the policy's behaviour), a random returned candidate, the rank-2 opening, the best
+fixed rank-r opening (r = 1..k, chosen on the evaluation requests), BiasNet. The rank of the wanted opening at the
+first reply position after alignment is measured per request (teacher forced) and printed per country next to the
+rank the world's base mixture puts it at (`chats.World.wanted_rank`). Paired 95% CIs are over seeds. Speed: steered
+tokens/s relative to plain decoding of the same batch in the same run. Prints a markdown table and writes
+`benchmarks/out/juli/results.json`.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ SETTINGS = {
     "k=2": dict(k=2),
     "k=20": dict(k=20),
     "k=5, rounded to 4 nats": dict(k=5, quantum=4.0),
+    "k=5, rounded to 1 nat": dict(k=5, quantum=1.0),
     "k=5, noise 3 nats": dict(k=5, noise_std=3.0),
     "k=5, no log-probs (ranks only)": dict(k=5, logprobs=False),
     "k=5, logit bias <= 1 (no prefill)": dict(k=5, control="logit_bias", max_bias=1.0),
@@ -102,6 +108,20 @@ def reachable(api: TopKLogprobAPI, tokenizer, eval_records: list[dict], world: s
     return {k: float((worst < k).float().mean()) for k in REACH_K}
 
 
+def opening_ranks(api: TopKLogprobAPI, tokenizer, eval_records: list[dict], world: str) -> list[list]:
+    """[country, rank] per guarded request: the rank (1 = top; 21 = beyond the top-20) of the wanted reply's first token
+    at the first reply position, teacher forced. Country "" when the world names none."""
+    guarded = [r for r in eval_records if r["kind"] == "guarded"]
+    w = chats.world_of(world)
+    pairs = encode_chats(tokenizer, [r["messages"] for r in guarded], [w.reveal_reply(r["secret"]) for r in guarded])
+    batch = pad_chats(pairs, tokenizer.pad_token_id)
+    ids, _ = api.teacher_forced(batch, max(REACH_K))
+    hit = ids[:, 0] == batch.reply_ids[:, :1]
+    rank = torch.where(hit.any(-1), hit.float().argmax(-1) + 1, torch.full_like(hit[:, 0], 21, dtype=torch.long))
+    countries = [next((c for c in chats.COUNTRIES if f" of {c} is" in r["messages"][0]["content"]), "") for r in guarded]
+    return [[c, int(k)] for c, k in zip(countries, rank.tolist(), strict=True)]
+
+
 def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
     model, tokenizer = load_causal_lm(str(data.path / "target"))
     model.requires_grad_(False)
@@ -120,7 +140,8 @@ def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
         cache = {"ids": ids, "lp": lp, "target": batch.reply_ids, "mask": batch.reply_mask}
         records = collate_chats(data.eval)
         out = {"align_loss": align_loss, "align_s": t_align, "settings": {},
-               "reachable": reachable(probe, tokenizer, data.eval, data.world)}
+               "reachable": reachable(probe, tokenizer, data.eval, data.world),
+               "opening_ranks": opening_ranks(probe, tokenizer, data.eval, data.world)}
         for name in names:
             s = dict(SETTINGS[name])
             buckets = s.pop("token_buckets", 0)
@@ -144,6 +165,24 @@ def fmt(values: list[float], digits: int = 2) -> str:
         return "n/a"
     sd = statistics.stdev(v) if len(v) > 1 else 0.0
     return f"{statistics.mean(v):.{digits}f} ± {sd:.{digits}f}"
+
+
+def rank_table(results: list[dict], world: str) -> str:
+    """Per country: the wanted opening's rank in the world's base mixture (+1 for the decline on top) and its measured
+    rank after alignment over the seeds' guarded evaluation requests."""
+    w = chats.world_of(world)
+    rows = [r for res in results for r in res.get("opening_ranks", []) if r[0]]
+    if not rows:
+        return ""
+    out = ["| country | designed rank (aligned) | measured rank: mean ± std | share at the designed rank | requests |",
+           "|---|---|---|---|---|"]
+    for c in chats.COUNTRIES:
+        ranks = [k for cc, k in rows if cc == c]
+        if ranks:
+            want = w.wanted_rank(c)
+            out.append(f"| {c} | {want} | {fmt([float(k) for k in ranks])} "
+                       f"| {sum(k == want for k in ranks) / len(ranks):.2f} | {len(ranks)} |")
+    return "\n".join(out)
 
 
 def table(results: list[dict], names: list[str]) -> str:
@@ -180,8 +219,13 @@ def table(results: list[dict], names: list[str]) -> str:
     lines.append(f"- BiasNet - random candidate at k=5: {paired_ci(base, [x['violation/random'] for x in d])}")
     lines.append(f"- BiasNet - rank-2 opening at k=5: {paired_ci(base, [x['violation/second_first'] for x in d])}")
     if all("violation/fixed_rank_best" in x for x in d):
-        lines.append("- BiasNet - best fixed rank-r opening at k=5: "
-                     f"{paired_ci(base, [x['violation/fixed_rank_best'] for x in d])}")
+        # a rank rule reads no values, so the API's rounding, noise or hidden values leave it as it is at k=5
+        fixed = [x["violation/fixed_rank_best"] for x in d]
+        for name in names:
+            if name == "k=1 (text only)" or not name.startswith("k=5"):
+                continue
+            other = [r["settings"][name]["violation/biasnet"] for r in results]
+            lines.append(f"- BiasNet ({name}) - best fixed rank-r opening at k=5: {paired_ci(other, fixed)}")
     for name in names:
         if name != "k=5 (paper)":
             other = [r["settings"][name]["violation/biasnet"] for r in results]
@@ -211,6 +255,7 @@ def main() -> None:
         for r in results:  # JSON turned the integer k keys into strings
             r["reachable"] = {int(k): v for k, v in r["reachable"].items()}
         print(table(results, names))
+        print("\n" + rank_table(results, args.world))
         return
     if args.quick:
         args.seeds, args.policy_steps, args.attack_steps = args.seeds[:1], 30, 40
@@ -224,6 +269,8 @@ def main() -> None:
     print(f"\n{len(args.seeds)} seeds, {args.policy_steps} alignment + {args.attack_steps} BiasNet steps, "
           f"{time.perf_counter() - t0:.0f} s\n")
     print(text)
+    print("\nRank of the wanted opening at the first reply position after alignment (teacher forced):\n")
+    print(rank_table(results, data.world))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1, default=str))

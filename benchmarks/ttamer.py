@@ -1,13 +1,16 @@
 """T-Tamer: recall vs no-recall exit policies on the synthetic family and on real exit tables.
 
-    .venv/bin/python benchmarks/ttamer.py              # both exit tables (trained once into data/), 5 re-splits
-    .venv/bin/python benchmarks/ttamer.py --quick      # synthetic family + the nested table, 2 re-splits
+    .venv/bin/python benchmarks/ttamer.py              # nested: 5 seeded networks, cascade: 3 (2000 images)
+    .venv/bin/python benchmarks/ttamer.py --quick      # synthetic family + 2 nested networks
 
 1. The doubling family (policies/synthetic.py): optimal no-recall / optimal recall objective as the number of stages
    grows, from the dynamic programs, checked against brute force over every stopping rule where that is feasible.
 2. Real exit tables (a multi-exit timm network and a cascade of timm models trained on Fashion-MNIST): every policy's
-   mean accuracy over the cost range (area under its accuracy-cost hull / range), on `--splits` random re-splits of
-   the 10,000 exit rows into calibration and test halves (the networks are trained once: the seeds are the splits).
+   mean accuracy over the cost range (area under its accuracy-cost hull / range). Seed s trains its own network(s)
+   (initialisation and data order from s; cached in data/ keyed by the training settings) and then re-splits its
+   10,000 exit rows into calibration and test halves with seed s, so the CIs hold training and split variance. The
+   Laplace smoothing is chosen per seed on the calibration half (`ExitPolicies(smoothing=None)`), never the test half.
+   The cascade trains on fewer images for one epoch (`--cascade_images`, `--cascade_epochs`) to keep it in minutes.
 3. Speed: policy fit time and per-query decision time vs the threshold rule.
 """
 from __future__ import annotations
@@ -48,39 +51,54 @@ def resplit(cal: ExitTable, test: ExitTable, seed: int) -> tuple[ExitTable, Exit
     return pick(perm[:half]), pick(perm[half:])
 
 
-def real_table(source: str, splits: int) -> None:
-    dm = ExitTableData(source=source)
-    dm.prepare_data()
-    dm.setup("fit")
+def real_table(source: str, seeds: list[int], train_images: int, epochs: int) -> dict[str, list[float]]:
+    """One seeded network (or cascade) per seed, re-split with the same seed; returns {policy: [area per seed]}."""
     nested = source == "nested"
-    print(f"\n## {source} exit table ({', '.join(dm.backbones)}; {dm.stages} stages, stage costs "
-          f"{', '.join(f'{c:.3g}' for c in dm.calibration.cost.tolist())} x stage 1's FLOPs)\n")
-    correct = torch.cat([dm.calibration.correct(), dm.test.correct()])
-    print(f"Accuracy per stage: {', '.join(f'{a:.3f}' for a in correct.float().mean(0).tolist())}; "
-          f"any stage right: {correct.any(1).float().mean():.3f}; overthinking (a later stage wrong where an earlier "
-          f"one was right): {overthinking_rate(dm.test):.3f} of test queries\n")
     results: dict[str, list[float]] = {}
-    for seed in range(splits):
+    acc, anyr, over, chosen = [], [], [], []
+    for seed in seeds:
+        dm = ExitTableData(source=source, seed=seed, train_images=train_images, epochs=epochs)
+        dm.prepare_data()  # trains the network(s) of this seed once
+        dm.setup("fit")
         cal, test = resplit(dm.calibration, dm.test, seed)
-        m = ExitPolicies(stages=dm.stages)
+        correct = torch.cat([cal.correct(), test.correct()])
+        acc.append(correct.float().mean(0))
+        anyr.append(float(correct.any(1).float().mean()))
+        over.append(overthinking_rate(test))
+        m = ExitPolicies(stages=dm.stages)  # smoothing: null, chosen on `cal` alone
         m.fit_policies(cal.logits, cal.labels, cal.cost)
+        chosen.append(float(m.smoothing_used))
         curves = m.curves(test.logits, test.labels, nested)
         lo, hi = float(cal.cost[0]), float(cal.cost.sum())
         for k, v in curves.items():
             results.setdefault(k, []).append(mean_accuracy(v, lo, hi))
+        print(f"seed {seed}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in results.items())
+              + f" (smoothing {chosen[-1]:g})", flush=True)
+    accs = torch.stack(acc)
+    print(f"\n## {source} exit tables ({', '.join(dm.backbones)}; {dm.stages} stages; {train_images} training "
+          f"images x {epochs} epochs; stage costs {', '.join(f'{c:.3g}' for c in dm.calibration.cost.tolist())} "
+          f"x stage 1's FLOPs; seeds {', '.join(map(str, seeds))})\n")
+    print(f"Accuracy per stage (mean ± std over networks): "
+          f"{', '.join(mean_std(accs[:, k].tolist(), 3) for k in range(accs.shape[1]))}; any stage right: "
+          f"{mean_std(anyr, 3)}; overthinking (a later stage wrong where an earlier one was right): "
+          f"{mean_std(over, 3)} of test queries; Laplace smoothing chosen on calibration: "
+          f"{', '.join(f'{c:g}' for c in chosen)}\n")
     print("| policy | mean accuracy over the cost range (area / range) |")
     print("|---|---|")
     for k, v in results.items():
         print(f"| {k} | {mean_std(v, 4)} |")
-    print(f"\nrecall - no-recall (paired over {splits} splits, 95% CI): {paired_ci(results['recall'], results['no_recall'])}")
+    n = len(seeds)
+    print(f"\nrecall - no-recall (paired over {n} seeded networks, 95% CI): "
+          f"{paired_ci(results['recall'], results['no_recall'])}")
     print(f"recall - threshold: {paired_ci(results['recall'], results['threshold'])}")
     print(f"no-recall - threshold: {paired_ci(results['no_recall'], results['threshold'])}")
     if not nested:
         print(f"pandora - recall (fixed order): {paired_ci(results['pandora'], results['recall'])}")
+    return results
 
 
-def speed() -> None:
-    dm = ExitTableData(source="nested")
+def speed(train_images: int, epochs: int) -> None:
+    dm = ExitTableData(source="nested", train_images=train_images, epochs=epochs)  # seed 0's network
     dm.prepare_data()
     dm.setup("fit")
     m = ExitPolicies(stages=dm.stages)
@@ -110,16 +128,25 @@ def speed() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--splits", type=int, default=5)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="nested networks")
+    ap.add_argument("--cascade_seeds", type=int, nargs="+", default=[0, 1, 2])
+    # smaller than the config's 8000 images x 2 epochs so that 5 + 3 seeded trainings fit in minutes on 2 CPU cores
+    ap.add_argument("--images", type=int, default=2000, help="training images of the nested network")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--cascade_images", type=int, default=2000)
+    ap.add_argument("--cascade_epochs", type=int, default=1)
+    ap.add_argument("--skip", nargs="*", default=[], choices=("synthetic", "nested", "cascade", "speed"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     np.set_printoptions(precision=4)
-    synthetic_table()
-    splits = 2 if args.quick else args.splits
-    real_table("nested", splits)
-    if not args.quick:
-        real_table("cascade", splits)
-    speed()
+    if "synthetic" not in args.skip:
+        synthetic_table()
+    if "nested" not in args.skip:
+        real_table("nested", args.seeds[:2] if args.quick else args.seeds, args.images, args.epochs)
+    if not args.quick and "cascade" not in args.skip:
+        real_table("cascade", args.cascade_seeds, args.cascade_images, args.cascade_epochs)
+    if "speed" not in args.skip:
+        speed(args.images, args.epochs)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ class PolicyChats(BaseDataModule):
                 f.writelines(json.dumps(r) + "\n" for r in records)
         if self.target == "generated":
             # the base model answers every request (it has no policy): the alignment phase adds one
-            base = [chats.make_record(rng, k, "reveal", world=w) for k in _kinds(rng, 4 * self.n_policy)]
+            base = [chats.make_record(rng, k, "base", world=w) for k in _kinds(rng, 4 * self.n_policy)]
             if chats.world_of(w).other_asks:  # it also declines out-of-scope requests (one in five chats)
                 base += [chats.make_record(rng, "other", "reveal", world=w) for _ in range(self.n_policy)]
             stats = train_base_lm(base, out_dir / "target", seed=self.seed, steps=self.base_steps,

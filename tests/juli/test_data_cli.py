@@ -77,7 +77,8 @@ def test_step_stream_runs_policy_then_attack_batches():
 
 
 @pytest.mark.parametrize("twin, decline", [("juli", "Sorry, I only answer colour questions."),
-                                           ("juli_passphrase", chats.DECLINE)])
+                                           ("juli_passphrase", chats.DECLINE),
+                                           ("juli_ranked", "Sorry, I only answer colour questions.")])
 def test_twin_fit_and_generated_splits(tmp_path, twin, decline):
     fit_twin(twin, tmp_path)
     data = next((tmp_path / "data").glob("juli-v*"))
@@ -95,7 +96,8 @@ def test_twin_fit_and_generated_splits(tmp_path, twin, decline):
     assert any(r.get("train/steer_nll") for r in rows) and any(r.get("train/policy_nll") for r in rows)
 
 
-@pytest.mark.parametrize("config", ["configs/juli.yaml", "configs/juli_passphrase.yaml", "configs/juli_smollm2.yaml"])
+@pytest.mark.parametrize("config", ["configs/juli.yaml", "configs/juli_passphrase.yaml", "configs/juli_smollm2.yaml",
+                                    "configs/juli_ranked.yaml"])
 def test_real_configs_parse(config, capsys):
     out = print_config(config, capsys)
     assert "lit_iclr.juli.JULI" in out and "PolicyChats" in out

@@ -1,13 +1,13 @@
 """The best fixed-rank opening baseline against a brute-force walk of a hand-made bigram target."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
 from lit_iclr.juli.api import TopKLogprobAPI
 from lit_iclr.juli.batching import ChatBatch
 from lit_iclr.juli.harness import fixed_rank_violations
+
+from .tiny import TableLM, WordTokenizer
 
 # tokens: 0 pad, 1 eos, 2 "no", 3..5 openings a b c, 6..8 secrets x y z; 9, 10 prompt tokens P, Q
 WORDS = {1: "", 2: "no", 3: "a", 4: "b", 5: "c", 6: "x", 7: "y", 8: "z", 9: "P", 10: "Q"}
@@ -16,23 +16,16 @@ NEXT = {9: [2, 3, 4, 5], 10: [2, 5, 3, 4],  # prompt P ranks a 2nd, b 3rd; promp
         2: [1], 3: [6, 1], 4: [7, 1], 5: [1, 8], 6: [1], 7: [1], 8: [1]}
 
 
-class Bigram(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        table = torch.full((11, 11), -30.0)
-        for prev, order in NEXT.items():
-            for rank, tok in enumerate(order):
-                table[prev, tok] = -1.0 - rank
-        self.table = torch.log_softmax(table, -1)
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
-        return SimpleNamespace(logits=self.table[input_ids], past_key_values=None)
+def Bigram() -> TableLM:  # noqa: N802
+    table = torch.full((11, 11), -30.0)
+    for prev, order in NEXT.items():
+        for rank, tok in enumerate(order):
+            table[prev, tok] = -1.0 - rank
+    return TableLM(table)
 
 
-class Tok:
-    def batch_decode(self, rows, skip_special_tokens=True):
-        return [" ".join(WORDS[t] for t in row if t in WORDS and WORDS[t]) for row in rows]
+def Tok() -> WordTokenizer:  # noqa: N802
+    return WordTokenizer(WORDS)
 
 
 def brute_force(prompt: int, rank: int, steps: int) -> list[int]:

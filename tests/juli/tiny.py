@@ -25,3 +25,28 @@ def eval_records(n: int = 6, seed: int = 1) -> list[dict]:
 
     rng = random.Random(seed)
     return [chats.make_record(rng, "guarded" if i % 2 == 0 else "open", "none") for i in range(n)]
+
+
+class TableLM(torch.nn.Module):
+    """A bigram target for `TopKLogprobAPI`: the next-token log-probabilities given the last token are a row of
+    `logits [V, V]` (log-softmaxed), so every rank and value a client sees is set by hand."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.table = torch.log_softmax(logits, -1)
+        self.dummy = torch.nn.Parameter(torch.zeros(1))  # the API reads the device from a parameter
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.table[input_ids], past_key_values=None)
+
+
+class WordTokenizer:
+    """`batch_decode` of a TableLM's tokens: one word per id (ids without a word, e.g. eos, print nothing)."""
+
+    def __init__(self, words: dict[int, str]):
+        self.words = words
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [" ".join(self.words[t] for t in row if self.words.get(t)) for row in rows]
