@@ -34,16 +34,20 @@ The project's side is `SOOPER.learn` called without Lightning's Trainer (the fit
 `manual_backward` is `loss.backward` there as here, `core/direct.py`).
 
 Each side runs in its own single-threaded process pinned to one core (`--core`, default 1; `core.timing.PinnedWorker`);
-a block is `--cycles` cycles; blocks are interleaved in an order that rotates every round, with an A/A control (a
-second project process). The first cycle (XLA's jit compile of the whole training step; torch's lazy init) is reported
-apart. `--runs` repeats everything in fresh processes, for the spread across runs beside each run's paired 95% CI.
+a block is `--cycles` cycles (one count per setting); blocks are interleaved in an order that rotates every round,
+with an A/A control (a second project process). The first cycle (XLA's jit compile of the whole training step;
+torch's lazy init) is reported apart. `--runs` repeats everything in fresh processes, for the spread across runs
+beside each run's paired 95% CI.
 
 The official code is never fetched or installed by this script (and never used by the tests). To get it (tested at
 yardenas/safe-sim2real 7e154a7):
 
     git clone https://github.com/yardenas/safe-sim2real /tmp/sooper_official
-    python3.11 -m venv /tmp/jaxenv_s && /tmp/jaxenv_s/bin/pip install "jax[cpu]==0.4.34" "brax==0.12.1" \
-        "flax<0.10.3" optax ml_collections absl-py
+    python3.11 -m venv /tmp/jaxenv_s && /tmp/jaxenv_s/bin/pip install "jax[cpu]==0.4.34" "brax==0.12.3" \
+        "flax<0.10.3" optax ml_collections absl-py wandb
+
+(the authors pin jax 0.4.34 and a brax fork; PyPI's brax 0.12.3 is the first with the `brax.training.agents.sac.checkpoint`
+their imports need, and `ss2r/common/wandb.py` imports wandb at import time; nothing else of theirs is needed offline.)
 
     .venv/bin/python benchmarks/sooper_speed.py --vs-official /tmp/sooper_official --official-python /tmp/jaxenv_s/bin/python
 """
@@ -278,8 +282,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vs-official", default="", help="a checkout of github.com/yardenas/safe-sim2real")
     p.add_argument("--official-python", default=sys.executable, help="python of an environment with jax, brax, flax")
-    p.add_argument("--settings", default="default")
-    p.add_argument("--cycles", type=int, default=4, help="learning cycles per timed block")
+    p.add_argument("--settings", default="default,paper")
+    p.add_argument("--cycles", default="4,1", help="learning cycles per timed block, per setting")
     p.add_argument("--repeats", type=int, default=6, help="interleaved blocks per side")
     p.add_argument("--runs", type=int, default=1, help="separate runs (fresh processes), for the spread across runs")
     p.add_argument("--episodes", type=int, default=20, help="point-goal episodes of 100 steps in the shared replay")
@@ -296,14 +300,14 @@ def main() -> None:
     data = str(write_transitions(Path(tempfile.mkdtemp(prefix="sooper_speed_")) / "transitions.npz", args.episodes))
     ref = "official" if args.vs_official else "project"
     rows, spread, aa = [], {}, []
-    for setting in args.settings.split(","):
+    for setting, cycles in zip(args.settings.split(","), [int(c) for c in args.cycles.split(",")], strict=False):
         for run in range(args.runs):
             sides = {}
             if args.vs_official:
                 sides["official"] = Worker(args.official_python, "official", setting, data, args.vs_official, core=core)
             sides["project"] = Worker(sys.executable, "project", setting, data, core=core)
             sides["project (A/A)"] = Worker(sys.executable, "project", setting, data, core=core)
-            res = measure(sides, args.cycles, args.repeats)
+            res = measure(sides, cycles, args.repeats)
             for w in sides.values():
                 w.close()
             print(f"[{setting} run {run}] " + json.dumps(res), flush=True)
@@ -318,7 +322,7 @@ def main() -> None:
             aa.append(f"A/A control, {setting} run {run}: project (A/A) / project per-block ratio "
                       f"{ratio_ci(res['project (A/A)']['cpu'], res['project']['cpu'])}")
     pinned = f"pinned to core {core}" if core is not None else "not pinned"
-    print(f"\n{args.runs} run(s) x {args.repeats} interleaved blocks of {args.cycles} cycles per side, one thread each "
+    print(f"\n{args.runs} run(s) x {args.repeats} interleaved blocks ({args.cycles} cycles) per side, one thread each "
           f"({pinned}; load {os.getloadavg()[0]:.1f}); CPU ms per cycle\n")
     print(f"| setting | run | side | CPU ms / cycle (median) | ratio vs {ref} | per-block ratio, mean [paired 95% CI] | "
           "wall ms / cycle | first cycle (s wall, incl. jit) | imagined termination rate |")
