@@ -71,6 +71,9 @@ SETTINGS = {
                     rollouts=256, horizon=10),  # configs/sooper.yaml (its prior-cost updates raised from 10 to K)
     "paper": dict(model=[256, 256, 256], actor=[256, 256, 256], critic=[512, 512], batch=256, model_steps=10,
                   sac_steps=10, rollouts=400, horizon=10),  # the authors' cartpole widths; fewer steps per cycle
+    # the default's steps, batch and rollouts with 8-unit layers: almost no arithmetic, each side's fixed cost per cycle
+    "tiny": dict(model=[8, 8], actor=[8, 8], critic=[8, 8], batch=128, model_steps=25, sac_steps=25, rollouts=256,
+                 horizon=10),
 }
 ENSEMBLE, HEADS, GAMMA, BUDGET, OPTIMISM, PESSIMISM, TAU = 5, 2, 0.99, 5.0, 0.1, 1.0, 0.005
 
