@@ -34,9 +34,9 @@ from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, unsafe_m
 
 
 def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+    """target <- target + tau (source - target), every tensor in one foreach call (the same lerp per tensor)."""
     with torch.no_grad():
-        for t, s in zip(target.parameters(), source.parameters(), strict=True):
-            t.lerp_(s, tau)
+        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
 COST_UPDATES = ("min", "max")
@@ -174,11 +174,14 @@ class SOOPER(BaseModule):
     # ------------------------------------------------------------------------------------------------- plumbing
     def configure_optimizers(self):
         h = self.hparams
-        return [torch.optim.Adam(self.actor.parameters(), h.lr_actor),
-                torch.optim.Adam(self.critic.parameters(), h.lr_critic),
-                torch.optim.Adam([self.log_alpha], h.lr_critic),
-                torch.optim.Adam(self.model.parameters(), h.lr_model, weight_decay=1e-5),
-                torch.optim.Adam(self.prior_cost.parameters(), h.lr_prior)]
+        # foreach: one call per Adam operation over all of a network's tensors (bit-equal to the per-tensor loop, which
+        # torch picks on CPU; the per-tensor loop cost more than the arithmetic at these widths)
+        adam = lambda params, lr, **kw: torch.optim.Adam(params, lr, foreach=True, **kw)
+        return [adam(self.actor.parameters(), h.lr_actor),
+                adam(self.critic.parameters(), h.lr_critic),
+                adam([self.log_alpha], h.lr_critic),
+                adam(self.model.parameters(), h.lr_model, weight_decay=1e-5),
+                adam(self.prior_cost.parameters(), h.lr_prior)]
 
     def planning_config(self) -> PlanningConfig:
         h = self.hparams
@@ -268,7 +271,7 @@ class SOOPER(BaseModule):
         h = self.hparams
         reward_target = copy.deepcopy(self.prior_reward).requires_grad_(False)
         nets = [self.prior, self.prior_reward, self.prior_cost] + ([self.actor] if h.warm_start else [])
-        opt = torch.optim.Adam([p for n in nets for p in n.parameters()], h.lr_prior)
+        opt = torch.optim.Adam([p for n in nets for p in n.parameters()], h.lr_prior, foreach=True)
         for _ in range(steps):
             b = self._batch(data, batch_size)
             s, a, s2, m = b["observations"], b["actions"], b["next_observations"], b["masks"]
@@ -395,7 +398,9 @@ class SOOPER(BaseModule):
         self.manual_backward(critic_loss)
         critic_opt.step()
         a, logp = self.actor(b["obs"])
+        self.critic.requires_grad_(False)  # the actor's backward needs dQ/da, not the critic's weight gradients
         actor_loss = (alpha * logp - self.critic(b["obs"], a).mean(0)).mean()
+        self.critic.requires_grad_(True)
         actor_opt.zero_grad()
         self.manual_backward(actor_loss)
         actor_opt.step()
@@ -423,25 +428,33 @@ class SOOPER(BaseModule):
                 "train/intervention_rate": ep["intervention_rate"], "train/real_steps": float(self.real_steps),
                 "speed/env_steps_per_s": ep["steps"] / env_time}
         if h.learn:
-            logs["train/model_loss"] = self.update_model(opts)
-            if h.filter != "none":
-                self.update_prior_cost(opts[4])
-            t1 = time.perf_counter()
-            start = self._batch(self.model_data(), h.num_rollouts)
-            sim = imagine(self.planning_config(), self.model, self.actor, self.prior, self.prior_reward, self.prior_cost,
-                          start["observations"], start["cum_cost"], start["disc"], self.gen)
-            n_imagined = len(sim["reward"])
-            logs["speed/imagined_per_s"] = n_imagined / (time.perf_counter() - t1)
-            logs["train/imagined_termination_rate"] = sim["terminated"] / max(n_imagined, 1)
-            new = {k: sim[k] for k in ("obs", "action", "reward", "next_obs", "done")}
-            self.imagined = new if not self.imagined else {
-                k: torch.cat([self.imagined[k], new[k]])[-h.model_buffer:] for k in new}
-            for _ in range(h.sac_updates):
-                stats = self.sac_update(opts, self._batch(self.imagined, self.batch_size))
-            logs.update({f"train/{k}": v for k, v in stats.items()})
-            logs["train/alpha"] = float(self.log_alpha.detach().exp())
-            logs["train/lagrange"] = float(self.lagrange)
+            logs.update(self.learn(opts))
         self.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
+
+    def learn(self, opts) -> dict[str, float]:
+        """One model-learning + policy-update cycle on the data so far (after each real episode): fit the dynamics
+        ensemble, update the prior's cost critic on real data, imagine rollouts in the planning MDP, SAC on them.
+        `benchmarks/sooper_speed.py` times this against the authors' training step."""
+        h = self.hparams
+        logs = {"train/model_loss": self.update_model(opts)}
+        if h.filter != "none":
+            self.update_prior_cost(opts[4])
+        t1 = time.perf_counter()
+        start = self._batch(self.model_data(), h.num_rollouts)
+        sim = imagine(self.planning_config(), self.model, self.actor, self.prior, self.prior_reward, self.prior_cost,
+                      start["observations"], start["cum_cost"], start["disc"], self.gen)
+        n_imagined = len(sim["reward"])
+        logs["speed/imagined_per_s"] = n_imagined / (time.perf_counter() - t1)
+        logs["train/imagined_termination_rate"] = sim["terminated"] / max(n_imagined, 1)
+        new = {k: sim[k] for k in ("obs", "action", "reward", "next_obs", "done")}
+        self.imagined = new if not self.imagined else {
+            k: torch.cat([self.imagined[k], new[k]])[-h.model_buffer:] for k in new}
+        for _ in range(h.sac_updates):
+            stats = self.sac_update(opts, self._batch(self.imagined, self.batch_size))
+        logs.update({f"train/{k}": v for k, v in stats.items()})
+        logs["train/alpha"] = float(self.log_alpha.detach().exp())
+        logs["train/lagrange"] = float(self.lagrange)
+        return logs
 
     # ----------------------------------------------------------------------------------------------- validation
     def on_validation_start(self) -> None:
