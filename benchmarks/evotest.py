@@ -34,7 +34,8 @@ KNOBS = {"static": ("temperature", 1.0, (0.5, 1.0, 1.5)), "memory": ("memory_wei
          "rag": ("memory_weight", 3.0, (1.5, 3.0, 6.0)), "qlearning": ("epsilon", 0.2, (0.1, 0.2, 0.4)),
          "pg": ("lr", 0.5, (0.1, 0.5, 2.0)), "evotest": ("exploration_fraction", 0.03, (0.03, 0.33, 1.0))}
 DEV_GAME, DEV_SEEDS = "cooking_easy-dev1", (100, 101)  # tw-make cooking_easy with generator seed 1; own seeds
-GAMES = {"cooking_easy": ("cooking_easy", 0), "cooking_hard": ("cooking_hard", 0), DEV_GAME: ("cooking_easy", 1)}
+GAMES = {"cooking_easy": ("cooking_easy", 0), "cooking_hard": ("cooking_hard", 0), DEV_GAME: ("cooking_easy", 1),
+         "tiny": ("tiny", 0)}  # tw-make custom, 2 rooms, 2 objects, quest length 2 (the LM-actor runs)
 
 
 def game_file(data_dir: str, name: str) -> Path:
