@@ -92,7 +92,7 @@ DEFAULTS = {"sequences": 256, "d_model": 64, "synthetic": 128, "sources": "all",
 # `base`: every entity and the isolation arm start from one shared TinyLM (the same d 64, 2 layers) pretrained on all topics
 # (`lit_iclr/model_interactions/base.py`), fine-tuned at a lower learning rate (configs/model_interactions_base.yaml)
 SETTINGS = {"small": dict(DEFAULTS),
-            "base": {**DEFAULTS, "lr": 1e-3, "base_steps": 500}}
+            "base": {**DEFAULTS, "lr": 1e-3, "base_steps": 2000}}
 BASE = SETTINGS["small"]
 # the scale knob of the base setting: the base's pretraining steps (0 = the base architecture from random weights)
 BASE_STEPS_ROWS = (0, 500, 2000)

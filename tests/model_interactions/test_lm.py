@@ -148,4 +148,4 @@ def test_real_config_parses(capsys):
 
 def test_base_config_parses(capsys):
     out = print_config("configs/model_interactions_base.yaml", capsys)
-    assert "base_steps: 500" in out and "lr: 0.001" in out
+    assert "base_steps: 2000" in out and "lr: 0.001" in out
