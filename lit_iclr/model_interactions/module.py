@@ -29,7 +29,8 @@ class InteractionLM(BaseModule):
     def __init__(self, vocab_size: int, num_entities: int = 2, max_positions: int = 64, d_model: int = 64,
                  num_layers: int = 2, num_heads: int = 4, optimizer: OptimizerCallable = torch.optim.AdamW,
                  synthetic_sequences: int = 128, temperature: float = 1.0, seed: int = 0,
-                 hf_models: list[str] | None = None, isolation_arm: bool = False):
+                 hf_models: list[str] | None = None, isolation_arm: bool = False, base_steps: int = 0,
+                 base_lr: float = 3e-3, base_batch_size: int = 32, base_seed: int = 0):
         """
         Args:
             vocab_size: Tokenizer size (linked from the data).
@@ -47,10 +48,21 @@ class InteractionLM(BaseModule):
                 on the meta device (`cli.py plan`). Token ids must lie below every model's vocabulary.
             isolation_arm: Linked from the data: also train K isolation models (copies of the initial weights, real
                 data only, batch key `input_ids_isolation`), the baseline of the run's headline.
+            base_steps: 0: every entity starts from fresh random weights (the small default). > 0: every entity and
+                the isolation arm start from one shared base LM pretrained for this many steps on the real train text
+                of all topics (`base.py`, cached under the data's `data_dir`, keyed by its settings), as the paper's
+                entities start from pretrained LLMs.
+            base_lr: Peak learning rate of the base's pretraining (AdamW, warm-up + cosine).
+            base_batch_size: Blocks per pretraining step.
+            base_seed: Seed of the base's initial weights and batches (one base shared by every run seed, as one
+                public pretrained model would be).
         """
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer"])
         self.optimizer = optimizer
+        if base_steps and hf_models is not None:
+            raise ConfigError("model.init_args.base_steps pretrains a TinyLM base; with hf_models the entities already "
+                              "start from pretrained models: set base_steps: 0")
         if hf_models is not None:
             if len(hf_models) != num_entities:
                 raise ConfigError(f"model.init_args.hf_models names {len(hf_models)} models for {num_entities} entities "
@@ -63,6 +75,27 @@ class InteractionLM(BaseModule):
         self.isolated = copy.deepcopy(self.models) if isolation_arm and hf_models is None else None
         self.history: list[dict] = []
         self._val: dict = {}
+        self.base_info: dict | None = None
+
+    def setup(self, stage: str) -> None:
+        """With `base_steps` > 0: load the shared base (pretrained on first use) into every entity and isolation model.
+        A resumed run's checkpoint weights are restored after this and replace it."""
+        hp = self.hparams
+        if not hp.base_steps or self.base_info is not None:
+            return
+        from .base import ensure_base, load_base
+
+        dm = self.trainer.datamodule
+        model_kw = {"vocab_size": hp.vocab_size, "max_positions": hp.max_positions, "d_model": hp.d_model,
+                    "num_layers": hp.num_layers, "num_heads": hp.num_heads}
+        train, valid, identity = dm.base_corpus()
+        settings = {"version": 1, "data": identity, "model_kw": model_kw, "steps": hp.base_steps, "lr": hp.base_lr,
+                    "batch_size": hp.base_batch_size, "seed": hp.base_seed}
+        folder = ensure_base(dm.data_dir, settings, train, valid)
+        state = load_base(folder)
+        for m in [*self.models, *(self.isolated or [])]:
+            m.load_state_dict(state)
+        self.base_info = json.loads((folder / "base.json").read_text())
 
     def configure_optimizers(self):
         return self.optimizer(self.parameters())

@@ -12,6 +12,7 @@ import tests.core.toy as toy  # noqa: F401 - registers CrashAtStep
 from lit_iclr.core.errors import DatasetFormatError, DatasetNotFoundError
 from lit_iclr.evotest import games
 from lit_iclr.evotest.games import ZMachineGame, generate_game
+from tests.evotest.chat_stub import chat_server
 from tests.twin import fit_twin, metric_rows, print_config
 
 
@@ -190,39 +191,16 @@ def test_missing_root_game_is_a_clear_error(tmp_path):
 def test_api_evolver_runs_end_to_end_against_a_local_openai_compatible_server(data_dir, tmp_path, monkeypatch):
     """`evolver: api` with `api_base_url` at a fake chat endpoint on localhost: every evolution is one POST to
     /chat/completions carrying the key, and the reply's PROMPT and <code> become the child's guide and extractor."""
-    import http.server
-    import threading
-
     code = "def extract_state(history):\n    return 'api-state'\n"
     reply = f"PROMPT: go east first, then take what you find.\n<code>\n{code}</code>"
-    seen = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the stdlib's name
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append((self.path, self.headers["Authorization"], body))
-            out = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("LIT_ICLR_FAKE_KEY", "sk-test")
-    try:
+    with chat_server(lambda body: reply) as (base_url, seen):
         run = tmp_path / "run"
         fit_twin("evotest", run, "--data.init_args.data_dir", str(data_dir), "--data.init_args.episodes", "3",
-                       "--data.init_args.step_limit", "8", "--model.init_args.evolver", "api",
-                       "--model.init_args.api_model", "fake-model", "--model.init_args.api_key_env", "LIT_ICLR_FAKE_KEY",
-                       "--model.init_args.api_base_url", f"http://127.0.0.1:{server.server_port}/v1",
-                       "--model.init_args.baselines", "[]", "--model.init_args.plot", "false")
-    finally:
-        server.shutdown()
+                 "--data.init_args.step_limit", "8", "--model.init_args.evolver", "api",
+                 "--model.init_args.api_model", "fake-model", "--model.init_args.api_key_env", "LIT_ICLR_FAKE_KEY",
+                 "--model.init_args.api_base_url", base_url,
+                 "--model.init_args.baselines", "[]", "--model.init_args.plot", "false")
     summary = json.loads((run / "jttl_summary.json").read_text())
     nodes = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["evotest"]["agent"]["tree"]["nodes"]
     evolved = [n for n in nodes if n["parent"] is not None]
@@ -232,3 +210,32 @@ def test_api_evolver_runs_end_to_end_against_a_local_openai_compatible_server(da
     assert all(n["config"]["prompt"] == "go east first, then take what you find." for n in evolved)
     # the code is taken once it loads and answers in the sandbox (1 s limit, so a validation may time out under load)
     assert any(n["config"]["extractor"] == code.strip() for n in evolved)
+
+
+def test_api_actor_and_evolver_play_the_game_through_a_local_endpoint(data_dir, tmp_path, monkeypatch):
+    """configs/evotest_api.yaml's setting (`actor: api`, `evolver: api`) on the tiny game: every game step is one chat
+    request whose answer (the prompt's last valid command) is the command played; every evolution one more request."""
+    import re
+
+    def reply(body):
+        prompt = body["messages"][-1]["content"]
+        valid = re.findall(r"Valid commands: (.*)\n", prompt)
+        return f"ACTION: {valid[-1].split(', ')[-1]}" if valid else "PROMPT: explore every room."
+
+    monkeypatch.setenv("LIT_ICLR_FAKE_KEY", "sk-test")
+    with chat_server(reply) as (base_url, seen):
+        run = tmp_path / "run"
+        fit_twin("evotest", run, "--data.init_args.data_dir", str(data_dir), "--data.init_args.episodes", "3",
+                 "--data.init_args.step_limit", "5", "--model.init_args.actor", "api", "--model.init_args.evolver", "api",
+                 "--model.init_args.api_model", "fake-model", "--model.init_args.api_key_env", "LIT_ICLR_FAKE_KEY",
+                 "--model.init_args.api_base_url", base_url, "--model.init_args.baselines", "[]",
+                 "--model.init_args.plot", "false")
+    summary = json.loads((run / "jttl_summary.json").read_text())
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["evotest"]["agent"]["tree"]["nodes"]
+    played = [s for n in ckpt if n["transcript"] for s in n["transcript"]]
+    actor_requests = [b for _, _, b in seen if "Valid commands:" in b["messages"][-1]["content"]]
+    assert len(summary["curve"]) == 3 and summary["actor_calls"] == len(actor_requests) == len(played)
+    assert summary["actor_unmatched"] == 0
+    for step in played:  # the command played is the one the endpoint answered (the last admissible command)
+        assert step["action"] == step["admissible"][-1]
+    assert len(seen) - len(actor_requests) == sum(n["parent"] is not None for n in ckpt) >= 1

@@ -144,3 +144,8 @@ def test_isolation_arm_equals_a_separate_real_only_run(tmp_path, capsys):
 def test_real_config_parses(capsys):
     out = print_config("configs/model_interactions.yaml", capsys)
     assert "InteractionLM" in out and "alpha: 0.5" in out
+
+
+def test_base_config_parses(capsys):
+    out = print_config("configs/model_interactions_base.yaml", capsys)
+    assert "base_steps: 2000" in out and "lr: 0.001" in out
