@@ -13,20 +13,20 @@ def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path, capsys):
     rows = metric_rows(tmp_path)
     val = [float(r["val/acc"]) for r in rows if r.get("val/acc")]
     assert val and all(0 <= v <= 1 for v in val) and (tmp_path / "checkpoints" / "last.ckpt").exists()
-    # fit ends with the headline: VEA against plain decoding, both scored on the odd validation batches
+    # fit ends with the headline: VEA against plain decoding, both scored on the odd-indexed validation questions
     out = capsys.readouterr().out
     assert "headline: val/acc/vea" in out and "plain decoding" in out
     last_val = {k: float(v) for r in rows for k, v in r.items() if v and k.startswith("val/")}
-    # the baseline recomputed by hand: argmax answer of the trained model on the odd val batches, scored by `gold`
+    # the baseline recomputed by hand: argmax answer of the trained model on the odd-indexed val questions, by `gold`
     vlm = cli.model.vlm.eval()
     hits, n = 0.0, 0
     with torch.no_grad():
-        for i, batch in enumerate(cli.datamodule.val_dataloader()):
-            if i % 2 == 1:
-                pred = vlm(batch["x"], batch["q"]).logits.argmax(-1)
-                hits += float(batch["gold"][torch.arange(len(pred)), pred].sum())
-                n += len(pred)
-    assert n == 16 and last_val["val/vea_questions"] == n  # 32 val questions in batches of 16: batch 1 is scored
+        for batch in cli.datamodule.val_dataloader():
+            odd = batch["index"] % 2 == 1
+            pred = vlm(batch["x"][odd], batch["q"][odd]).logits.argmax(-1)
+            hits += float(batch["gold"][odd][torch.arange(len(pred)), pred].sum())
+            n += len(pred)
+    assert n == 16 and last_val["val/vea_questions"] == n  # 32 val questions: the 16 odd-indexed ones are scored
     assert abs(last_val["val/acc/plain"] - hits / n) < 1e-6
     assert 0 <= last_val["val/acc/vea"] <= 1 and 0 <= last_val["val/acc/oracle_mask"] <= 1
     fit_twin("vea", tmp_path, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt"), subcommand="test")
@@ -56,3 +56,4 @@ def test_scenes_twin_fits_through_the_cli(tmp_path):
 def test_scenes_config_parses(capsys):
     out = print_config("configs/vea_scenes.yaml", capsys)
     assert "patch_size: 8" in out and "num_items: 3" in out and "p_same_group: 0.5" in out
+
