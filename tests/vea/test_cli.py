@@ -1,11 +1,21 @@
-"""The tiny twin through the CLI (fit, then test with the analysis and VEA), and the real config parsed."""
+"""The tiny twin through the CLI (fit, then test with the analysis and VEA; the fit must lower the loss on its training
+questions below the untrained model's and below chance), and the real configs parsed."""
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
 from tests.twin import fit_twin, metric_rows, print_config
+
+
+def cross_entropy_on(vlm, dataset) -> float:
+    """Mean cross-entropy of `vlm`'s answers over every question of `dataset` (the loss the fit minimises)."""
+    batch = next(iter(DataLoader(dataset, batch_size=len(dataset))))
+    with torch.no_grad():
+        return F.cross_entropy(vlm.eval()(batch["x"], batch["q"]).logits, batch["y"], ignore_index=-1).item()
 
 
 def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path, capsys):
@@ -13,6 +23,13 @@ def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path, capsys):
     rows = metric_rows(tmp_path)
     val = [float(r["val/acc"]) for r in rows if r.get("val/acc")]
     assert val and all(0 <= v <= 1 for v in val) and (tmp_path / "checkpoints" / "last.ckpt").exists()
+    # learned: on its own training questions the fitted model's loss is below the same config's untrained model's
+    # (`validate` builds it with the same seed and trains nothing; its tower is not pretrained either)
+    untrained = fit_twin("vea", tmp_path / "untrained", "--data.init_args.data_dir", str(tmp_path / "data"),
+                         subcommand="validate")
+    train_set = cli.datamodule.datasets["train"]
+    trained_ce, untrained_ce = cross_entropy_on(cli.model.vlm, train_set), cross_entropy_on(untrained.model.vlm, train_set)
+    assert trained_ce < 0.8 * min(untrained_ce, math.log(cli.model.hparams.num_answers)), (trained_ce, untrained_ce)
     # fit ends with the headline: VEA against plain decoding, both scored on the odd-indexed validation questions
     out = capsys.readouterr().out
     assert "headline: val/acc/vea" in out and "plain decoding" in out
