@@ -74,3 +74,7 @@ def test_scenes_config_parses(capsys):
     out = print_config("configs/vea_scenes.yaml", capsys)
     assert "patch_size: 8" in out and "num_items: 3" in out and "p_same_group: 0.5" in out
 
+
+def test_grid_config_parses(capsys):
+    out = print_config("configs/vea_grid.yaml", capsys)
+    assert "patch_size: 8" in out and "depth: 6" in out and "num_layers: 2" in out and "top_frac: 0.25" in out
