@@ -12,6 +12,7 @@ attention + mask + re-answer), interleaved in the same process (CPU time).
     OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 0 1 2 3 4           # configs/vea.yaml's setting
     OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 0 1 2 --max_steps 300  # a scale point (its own result folder)
     OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 0 1 2 --question_first 0   # LLaVA's [image; question] order
+    OMP_NUM_THREADS=1 python benchmarks/vea.py --seeds 0 1 2 --patch_size 8 --depth 6 --vision_seed 0   # vea_grid.yaml
     python benchmarks/vea.py --scale <tag> <tag> ...                         # the scale table of finished runs
 
 Every seed's result is a JSON file under --out_dir/<tag>/ (tag: the run's settings); a finished seed is not rerun.
@@ -54,7 +55,9 @@ def tag_of(args) -> str:
     frozen = "frozen" if args.freeze_vision else "tuned"
     return (f"items{args.min_items}-{args.num_items}_test{args.eval_items}_steps{args.max_steps}_dim{args.dim}"
             f"_vis{args.vision_dim}{'_qfirst' if args.question_first else ''}"
-            f"_pre{args.pretrain_steps}{frozen}_g{args.gamma}{args.context}")
+            f"_pre{args.pretrain_steps}{frozen}_g{args.gamma}{args.context}"
+            + (f"_patch{args.patch_size}_depth{args.depth}" if (args.patch_size, args.depth) != (16, 3) else "")
+            + (f"_vseed{args.vision_seed}" if args.vision_seed is not None else ""))
 
 
 def datamodule(args, **over) -> EvidenceVQA:
@@ -83,7 +86,8 @@ def run_seed(seed: int, args, out: Path) -> dict:
                       vision_dim=args.vision_dim, max_question_len=dm.max_question_len, question_first=bool(args.question_first),
                       depth=args.depth, heads=args.heads, patch_size=args.patch_size, control_seed=seed,
                       gamma=args.gamma, context=args.context, vision_pretrain_steps=args.pretrain_steps,
-                      vision_pretrain_seed=seed, freeze_vision=args.freeze_vision, vision_cache=str(out.parent / "vision"),
+                      vision_pretrain_seed=seed if args.vision_seed is None else args.vision_seed,
+                      freeze_vision=args.freeze_vision, vision_cache=str(out.parent / "vision"),
                       optimizer=lambda p: torch.optim.AdamW(p, lr=args.lr, weight_decay=0.05))
     trainer = L.Trainer(max_steps=args.max_steps, max_epochs=-1, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, gradient_clip_val=1.0,
@@ -219,6 +223,9 @@ if __name__ == "__main__":
     p.add_argument("--max_steps", type=int, default=1500, help="decoder training steps")
     p.add_argument("--pretrain_steps", type=int, default=3000, help="vision-tower item pretraining steps (0: none)")
     p.add_argument("--freeze_vision", type=int, default=1, help="1: the pretrained tower stays fixed during VQA training")
+    p.add_argument("--vision_seed", type=int, default=None,
+                   help="one pretrained tower (this pretraining seed) for every seed, like one CLIP checkpoint; "
+                        "default: a tower per seed")
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--num_items", type=int, default=2, help="most items in a training scene")
     p.add_argument("--min_items", type=int, default=1, help="fewest items in a training scene")

@@ -67,17 +67,22 @@ def intervene(vlm, batch: dict[str, torch.Tensor], first: dict[str, torch.Tensor
     """Correctness (B,) of every variant in `cfg.variants`, re-answering the masked (or cropped) image once each.
 
     `first` is `attention_batch` of the same batch (the plain answer and its attention); `layer_auroc` the profile.
+    With `batch["index"]` (the questions' dataset indices) the random controls draw per question, from
+    (`generator`'s seed, index): the same draws however the questions are batched or split over ranks; without it,
+    from `generator` per batch.
     """
     x, q = batch["x"], batch["q"]
     att = first["att_img"]
     grid = int(round(att.shape[-1] ** 0.5))
     m = cfg.num_layers
+    ids = batch.get("index")
 
     def mask_answer(a: torch.Tensor) -> torch.Tensor:
         mask = vea.evidence_mask(a, grid, image_size, cfg.top_frac, cfg.smooth_sigma, cfg.edge_sigma)
         return vlm(vea.augment(x, mask, cfg.gamma, cfg.context, cfg.context_sigma), q).logits
 
-    profiled = vea.aggregate(att, vea.choose_layers(layer_auroc, m, "profiled"))
+    profiled_layers = vea.choose_layers(layer_auroc, m, "profiled")
+    profiled = vea.aggregate(att, profiled_layers)
     out: dict[str, torch.Tensor] = {}
     vea_logits = None
     for name in cfg.variants:
@@ -86,11 +91,19 @@ def intervene(vlm, batch: dict[str, torch.Tensor], first: dict[str, torch.Tensor
         elif name == "vea":
             logits = vea_logits = mask_answer(profiled)
         elif name == "vea_random_layers":
-            logits = mask_answer(vea.aggregate(att, vea.choose_layers(layer_auroc, m, "random", generator)))
+            # m random layers other than the profiled ones (all layers when fewer than m others exist)
+            if ids is None:
+                a = vea.aggregate(att, vea.choose_layers(layer_auroc, m, "random", generator, profiled_layers))
+            else:
+                keys = vea.sample_uniform(ids, att.shape[1], generator.initial_seed(), salt=1).to(att.device)
+                a = vea.aggregate_rows(att, vea.random_layer_weights(keys, m, profiled_layers))
+            logits = mask_answer(a)
         elif name == "vea_shallow_layers":
             logits = mask_answer(vea.aggregate(att, vea.choose_layers(layer_auroc, m, "shallow")))
         elif name == "vea_random_mask":
-            logits = mask_answer(vea.random_scores(len(x), grid, generator).to(x.device))
+            scores = (vea.random_scores(len(x), grid, generator) if ids is None
+                      else vea.sample_uniform(ids, grid * grid, generator.initial_seed(), salt=2))
+            logits = mask_answer(scores.to(x.device))
         elif name == "crop":
             logits = vlm(vea.crop_zoom(x, profiled, grid, cfg.top_frac), q).logits
         elif name == "assembly":  # AGLA-style: log-probabilities of the original and the augmented view added

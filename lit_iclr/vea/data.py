@@ -334,7 +334,8 @@ MAX_BOXES = 8  # evidence boxes kept per record in a batch (their union labels t
 
 class EvidenceVQADataset(Dataset):
     """Images as (3, S, S) RGB floats in [0, 1] (resized to `image_size`), question ids, the majority answer's index
-    (`y`, -1 when outside the vocabulary), the VQA score of every answer class (`gold`), boxes in that grid."""
+    (`y`, -1 when outside the vocabulary), the VQA score of every answer class (`gold`), boxes in that grid, and the
+    record's `index` in the split (per-question random draws and the calibration / evaluation halves of validation)."""
 
     def __init__(self, records: list[dict], answer_vocab: list[str], image_size: int, vocab_size: int, max_len: int):
         self.records, self.image_size = records, image_size
@@ -362,7 +363,7 @@ class EvidenceVQADataset(Dataset):
         for a, s in answer_scores(r["answers"]).items():
             if a in self.answer_index:
                 gold[self.answer_index[a]] = s
-        return {"x": x, "q": q, "y": torch.tensor(y), "gold": gold, "boxes": box}
+        return {"x": x, "q": q, "y": torch.tensor(y), "gold": gold, "boxes": box, "index": torch.tensor(i)}
 
 
 def draw_scene(images: np.ndarray, by_class: list[np.ndarray], rng: np.random.Generator, size: int = 32,

@@ -1,8 +1,9 @@
 """LightningModule: trains the compact VLM on evidence VQA (fit), then runs the paper's analysis and VEA (test).
 
 fit:  cross-entropy of the answer read at the last (ANSWER) position; val/acc. Every validation also runs VEA on the
-      val split itself, split in two: the layers are profiled on its even batches and the plain answer, VEA and its
-      controls are scored on its odd batches (val/acc/<variant>), so `fit` ends with VEA against plain decoding.
+      val split itself, split in two: the layers are profiled on its even-indexed questions and the plain answer, VEA
+      and its controls are scored on its odd-indexed ones (val/acc/<variant>), so `fit` ends with VEA against plain
+      decoding. Under DDP every number counts each question of the split once (`gather.py`).
 test: layer profiling on the calibration split (the DataModule's val loader, once, stored in the `layer_auroc` buffer so
       the checkpoint carries it), then on the test split: per-layer RAPT image share, evidence AUROC/NDCG, the
       seeing-but-not-believing rate, and the accuracy of the plain answer, VEA and its controls (random layers, shallow
@@ -19,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_iclr.core import BaseModule
 from lit_iclr.core.summary import Headline
 
-from . import analysis, pretrain
+from . import analysis, gather, pretrain
 from .model import CompactVLM
 
 
@@ -104,35 +105,45 @@ class VEAModule(BaseModule):
         self.log_train({"train/loss": loss.detach(), "train/acc": acc}, prog_bar=["train/loss"])
         return loss
 
-    # ---- validation: plain accuracy on the whole split, VEA on its odd batches with layers profiled on its even ones ----
+    # ---- validation: plain accuracy on the whole split, VEA on its odd questions with layers profiled on its even ones ----
     def on_validation_epoch_start(self):
         self._val_calib, self._val_eval = [], []
 
     def validation_step(self, batch, batch_idx):
         first = analysis.attention_batch(self.vlm, batch, self.image_size, self.cfg.min_overlap)
-        self.log("val/acc", first["correct"].float().mean(), prog_bar=True, batch_size=len(batch["x"]))
+        # sync_dist with batch_size: the ranks' sums and counts are reduced, so each question counts once under DDP
+        self.log("val/acc", first["correct"].float().mean(), prog_bar=True, batch_size=len(batch["x"]), sync_dist=True)
         if self.trainer.sanity_checking:
             return
-        if batch_idx % 2 == 0:  # calibration half: only the per-question layer AUROCs are kept
-            self._val_calib.append(first["auroc"].cpu())
-        else:  # evaluation half: the batch is re-answered at epoch end, once the layers are profiled
-            self._val_eval.append((batch, first))
+        # the halves are by the question's index in the split, not by batch: the same questions on any number of ranks
+        calib = batch["index"] % 2 == 0
+        self._val_calib.append(first["auroc"][calib].cpu())  # calibration half: per-question layer AUROCs
+        if (~calib).any():  # evaluation half: re-answered at epoch end, once the layers are profiled
+            self._val_eval.append(({k: v[~calib] for k, v in batch.items()}, {k: v[~calib] for k, v in first.items()}))
 
     def on_validation_epoch_end(self):
-        if self.trainer.sanity_checking or not self._val_calib or not self._val_eval:
-            return  # VEA needs both halves (a single validation batch has no evaluation half)
-        layer_auroc = torch.cat(self._val_calib).nanmean(0)
+        if self.trainer.sanity_checking:
+            return
+        # every rank profiles on the calibration questions of all ranks (the same layers), re-answers its own evaluation
+        # questions, and summarises the evaluation rows of all ranks
+        calib = gather.gather_lists(self._val_calib)
+        n_calib = sum(len(a) for a in calib)
+        layer_auroc = torch.cat(calib).nanmean(0) if n_calib else None
         gen = torch.Generator().manual_seed(self.hparams.control_seed)
         firsts, variants = [], []
-        for batch, first in self._val_eval:
+        for batch, first in self._val_eval if layer_auroc is not None else ():
             variants.append({k: v.cpu() for k, v in
                              analysis.intervene(self.vlm, batch, first, layer_auroc, self.cfg, self.image_size, gen).items()})
             firsts.append({k: v.cpu() for k, v in first.items() if k != "logits"})
-        res = analysis.summarize(firsts, variants, {"auroc": layer_auroc})
-        for k in ("sbnb_rate", "hit_rate_correct", *(f"acc/{v}" for v in self.cfg.variants)):
-            self.log(f"val/{k}", res[k])
-        self.log("val/vea_questions", float(sum(len(f["correct"]) for f in firsts)))
+        firsts, variants = gather.gather_lists(firsts), gather.gather_lists(variants)
         self._val_calib, self._val_eval = [], []
+        if not firsts:
+            return  # VEA needs both halves (a single validation question has no evaluation half)
+        res = analysis.summarize(firsts, variants, {"auroc": layer_auroc})
+        # the same value on every rank (summarised over all of them); sync_dist only averages equal numbers
+        for k in ("sbnb_rate", "hit_rate_correct", *(f"acc/{v}" for v in self.cfg.variants)):
+            self.log(f"val/{k}", res[k], sync_dist=True)
+        self.log("val/vea_questions", float(sum(len(f["correct"]) for f in firsts)), sync_dist=True)
 
     def configure_optimizers(self):
         opt = self.optimizer([p for p in self.parameters() if p.requires_grad])
@@ -160,16 +171,18 @@ class VEAModule(BaseModule):
         self._variants.append({k: v.cpu() for k, v in var.items()})
 
     def on_test_epoch_end(self):
-        res = analysis.summarize(self._firsts, self._variants, self._calib)
+        # every rank tested its share of the questions: the summary is over the rows of all ranks (each question once)
+        firsts, variants = gather.gather_lists(self._firsts), gather.gather_lists(self._variants)
+        res = analysis.summarize(firsts, variants, self._calib)
         res["layers"] = analysis.vea.choose_layers(self.layer_auroc.cpu(), self.cfg.num_layers, "profiled")
-        res["vea_questions"] = float(sum(len(f["correct"]) for f in self._firsts))
+        res["vea_questions"] = float(sum(len(f["correct"]) for f in firsts))
         self.test_results = res
-        for k, v in res.items():
+        for k, v in res.items():  # equal on every rank; sync_dist only averages equal numbers
             if isinstance(v, float):
-                self.log(f"test/{k}", v)
+                self.log(f"test/{k}", v, sync_dist=True)
             elif k.startswith("layer/"):
                 for i, x in enumerate(v):
-                    self.log(f"test/{k}_{i}", float(x))
+                    self.log(f"test/{k}_{i}", float(x), sync_dist=True)
         from lit_iclr.core.figures import log_figure
 
         from .plots import layer_figure
@@ -186,7 +199,8 @@ class VEAModule(BaseModule):
         return Headline(
             metric="{stage}/acc/vea", higher_is_better=True, method="VEA", baselines=baselines,
             claim="masking the image to the profiled layers' evidence raises accuracy over plain decoding (val: layers "
-                  "profiled on the even val batches, scored on the odd ones; test: profiled on val, scored on test)",
+                  "profiled on the even-indexed val questions, scored on the odd ones; test: profiled on val, scored "
+                  "on test)",
             extra=("{stage}/sbnb_rate", "{stage}/hit_rate_correct", "{stage}/vea_questions"))
 
     def summary_metrics(self):

@@ -72,12 +72,16 @@ def ndcg(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.where(ideal > 0, dcg / ideal.clamp(min=1e-12), torch.nan)
 
 
-def choose_layers(layer_scores: torch.Tensor, m: int, how: str = "profiled", generator: torch.Generator | None = None
-                  ) -> list[int]:
+def choose_layers(layer_scores: torch.Tensor, m: int, how: str = "profiled", generator: torch.Generator | None = None,
+                  exclude: list[int] | tuple[int, ...] = ()) -> list[int]:
     """m layers: `profiled` (top-m by calibration score, the paper's layer profiling), `shallow` (first m), `deep`
-    (last m) or `random` (uniform without replacement; a control)."""
+    (last m) or `random` (uniform without replacement; a control). A random draw avoids the layers in `exclude` (the
+    profiled ones, so the control is a different set) when at least m others remain; otherwise it draws from all."""
     num_layers = len(layer_scores)
     m = min(m, num_layers)
+    others = [i for i in range(num_layers) if i not in set(exclude)]
+    if how == "random" and exclude and len(others) >= m:
+        return sorted(others[i] for i in torch.randperm(len(others), generator=generator)[:m].tolist())
     if how == "profiled":
         return sorted(torch.nan_to_num(layer_scores, nan=-1.0).topk(m).indices.tolist())
     if how == "shallow":
@@ -87,6 +91,32 @@ def choose_layers(layer_scores: torch.Tensor, m: int, how: str = "profiled", gen
     if how == "random":
         return sorted(torch.randperm(num_layers, generator=generator)[:m].tolist())
     raise ValueError(f"layer choice must be profiled | shallow | deep | random, got {how!r}")
+
+
+def sample_uniform(ids: torch.Tensor, k: int, seed: int, salt: int = 0) -> torch.Tensor:
+    """(B, k) uniforms in [0, 1); row i depends only on (seed, salt, ids[i]): a sample draws the same numbers whichever
+    batch, rank or process holds it (the random controls are then the same under DDP as on one process)."""
+    rows = [torch.rand(k, generator=torch.Generator().manual_seed((seed * 1_000_003 + salt * 7919 + i) % 2**63))
+            for i in ids.tolist()]
+    return torch.stack(rows) if rows else torch.zeros(0, k)
+
+
+def random_layer_weights(keys: torch.Tensor, m: int, exclude: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+    """(B, L) 0/1 rows with m ones: the layers of the m smallest `keys` (uniform (B, L): m layers without replacement
+    per sample), avoiding `exclude` when at least m other layers remain (as `choose_layers`' random draw)."""
+    num_layers = keys.shape[1]
+    m = min(m, num_layers)
+    keys = keys.clone()
+    if exclude and num_layers - len(set(exclude)) >= m:
+        keys[:, list(exclude)] = 2.0  # after every uniform key
+    return torch.zeros_like(keys).scatter_(1, keys.argsort(1)[:, :m], 1.0)
+
+
+def aggregate_rows(att_img: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(B, L, N) image attention, (B, L) 0/1 layer choice per sample -> (B, N): mean over each sample's chosen layers,
+    renormalised to sum 1 over patches (`aggregate` with one layer set per sample)."""
+    a = (att_img * weights[..., None].to(att_img.dtype)).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
+    return a / a.sum(-1, keepdim=True).clamp(min=1e-12)
 
 
 def aggregate(att_img: torch.Tensor, layers: list[int]) -> torch.Tensor:

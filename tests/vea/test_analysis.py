@@ -79,3 +79,30 @@ def test_question_first_layout_reorders_rows_and_hides_the_image_from_the_questi
     vlm(b["x"].flip(-1), b["q"])
     torch.testing.assert_close(feats[0][:, :7], feats[1][:, :7])
     assert not torch.allclose(feats[0][:, -1], feats[1][:, -1])
+
+
+def test_random_controls_draw_per_question_however_the_questions_are_batched():
+    """With dataset indices the random-layer and random-mask answers of a question do not depend on its batch (so a
+    DDP rank's share gives one process's numbers), and the random layers avoid the profiled ones (6 layers, m = 2)."""
+    torch.manual_seed(3)
+    vlm = CompactVLM(5, 64, image_size=32, dim=16, depth=6, heads=2, vision_dim=16).eval()
+    b = {**batch(6), "index": torch.tensor([10, 11, 12, 13, 14, 15])}
+    profile = torch.tensor([0.5, 0.6, 0.9, 0.95, 0.7, 0.4])  # profiled: layers 2 and 3
+    cfg = analysis.VEAConfig(gamma=0.0, context="zero", variants=("plain", "vea_random_layers", "vea_random_mask"))
+
+    def run(rows):
+        part = {k: v[rows] for k, v in b.items()}
+        first = analysis.attention_batch(vlm, part, 32, 0.5)
+        return analysis.intervene(vlm, part, first, profile, cfg, 32, torch.Generator().manual_seed(7))
+
+    whole = run(torch.arange(6))
+    halves = [run(torch.tensor([0, 2, 4])), run(torch.tensor([5, 3, 1]))]
+    for name in cfg.variants:
+        split = torch.empty_like(whole[name])
+        split[[0, 2, 4]], split[[5, 3, 1]] = halves[0][name], halves[1][name]
+        assert torch.equal(split, whole[name]), name
+    # the layer choice itself, recomputed: m = 2 of the 4 layers outside {2, 3}, per question
+    from lit_iclr.vea import vea
+
+    w = vea.random_layer_weights(vea.sample_uniform(b["index"], 6, 7, salt=1), 2, [2, 3])
+    assert w.sum(1).eq(2).all() and w[:, [2, 3]].eq(0).all()

@@ -1,11 +1,21 @@
-"""The tiny twin through the CLI (fit, then test with the analysis and VEA), and the real config parsed."""
+"""The tiny twin through the CLI (fit, then test with the analysis and VEA; the fit must lower the loss on its training
+questions below the untrained model's and below chance), and the real configs parsed."""
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
 from tests.twin import fit_twin, metric_rows, print_config
+
+
+def cross_entropy_on(vlm, dataset) -> float:
+    """Mean cross-entropy of `vlm`'s answers over every question of `dataset` (the loss the fit minimises)."""
+    batch = next(iter(DataLoader(dataset, batch_size=len(dataset))))
+    with torch.no_grad():
+        return F.cross_entropy(vlm.eval()(batch["x"], batch["q"]).logits, batch["y"], ignore_index=-1).item()
 
 
 def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path, capsys):
@@ -13,20 +23,27 @@ def test_tiny_twin_fits_and_tests_through_the_cli(tmp_path, capsys):
     rows = metric_rows(tmp_path)
     val = [float(r["val/acc"]) for r in rows if r.get("val/acc")]
     assert val and all(0 <= v <= 1 for v in val) and (tmp_path / "checkpoints" / "last.ckpt").exists()
-    # fit ends with the headline: VEA against plain decoding, both scored on the odd validation batches
+    # learned: on its own training questions the fitted model's loss is below the same config's untrained model's
+    # (`validate` builds it with the same seed and trains nothing; its tower is not pretrained either)
+    untrained = fit_twin("vea", tmp_path / "untrained", "--data.init_args.data_dir", str(tmp_path / "data"),
+                         subcommand="validate")
+    train_set = cli.datamodule.datasets["train"]
+    trained_ce, untrained_ce = cross_entropy_on(cli.model.vlm, train_set), cross_entropy_on(untrained.model.vlm, train_set)
+    assert trained_ce < 0.8 * min(untrained_ce, math.log(cli.model.hparams.num_answers)), (trained_ce, untrained_ce)
+    # fit ends with the headline: VEA against plain decoding, both scored on the odd-indexed validation questions
     out = capsys.readouterr().out
     assert "headline: val/acc/vea" in out and "plain decoding" in out
     last_val = {k: float(v) for r in rows for k, v in r.items() if v and k.startswith("val/")}
-    # the baseline recomputed by hand: argmax answer of the trained model on the odd val batches, scored by `gold`
+    # the baseline recomputed by hand: argmax answer of the trained model on the odd-indexed val questions, by `gold`
     vlm = cli.model.vlm.eval()
     hits, n = 0.0, 0
     with torch.no_grad():
-        for i, batch in enumerate(cli.datamodule.val_dataloader()):
-            if i % 2 == 1:
-                pred = vlm(batch["x"], batch["q"]).logits.argmax(-1)
-                hits += float(batch["gold"][torch.arange(len(pred)), pred].sum())
-                n += len(pred)
-    assert n == 16 and last_val["val/vea_questions"] == n  # 32 val questions in batches of 16: batch 1 is scored
+        for batch in cli.datamodule.val_dataloader():
+            odd = batch["index"] % 2 == 1
+            pred = vlm(batch["x"][odd], batch["q"][odd]).logits.argmax(-1)
+            hits += float(batch["gold"][odd][torch.arange(len(pred)), pred].sum())
+            n += len(pred)
+    assert n == 16 and last_val["val/vea_questions"] == n  # 32 val questions: the 16 odd-indexed ones are scored
     assert abs(last_val["val/acc/plain"] - hits / n) < 1e-6
     assert 0 <= last_val["val/acc/vea"] <= 1 and 0 <= last_val["val/acc/oracle_mask"] <= 1
     fit_twin("vea", tmp_path, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt"), subcommand="test")
@@ -56,3 +73,8 @@ def test_scenes_twin_fits_through_the_cli(tmp_path):
 def test_scenes_config_parses(capsys):
     out = print_config("configs/vea_scenes.yaml", capsys)
     assert "patch_size: 8" in out and "num_items: 3" in out and "p_same_group: 0.5" in out
+
+
+def test_grid_config_parses(capsys):
+    out = print_config("configs/vea_grid.yaml", capsys)
+    assert "patch_size: 8" in out and "depth: 6" in out and "num_layers: 2" in out and "top_frac: 0.25" in out

@@ -96,3 +96,30 @@ def test_top_patch_hit():
     a = torch.tensor([[0.1, 0.7, 0.2], [0.6, 0.3, 0.1]])
     labels = torch.tensor([[False, True, False], [False, True, True]])
     assert vea.top_patch_hit(a, labels).tolist() == [True, False]
+
+
+def test_random_layers_avoid_the_profiled_ones_when_enough_others_remain():
+    s = torch.tensor([0.5, 0.9, 0.6, 0.8, 0.1, 0.2])
+    for seed in range(20):
+        r = vea.choose_layers(s, 2, "random", torch.Generator().manual_seed(seed), exclude=[1, 3])
+        assert len(set(r)) == 2 and not set(r) & {1, 3}
+    # 3 layers, m = 2: one other layer only, so the draw is from all layers, as before (the default config)
+    s3 = torch.tensor([0.5, 0.9, 0.8])
+    a = vea.choose_layers(s3, 2, "random", torch.Generator().manual_seed(0), exclude=[1, 2])
+    assert a == vea.choose_layers(s3, 2, "random", torch.Generator().manual_seed(0))
+
+
+def test_per_sample_draws_and_weighted_aggregation():
+    u = vea.sample_uniform(torch.tensor([4, 9, 4]), 5, seed=3, salt=1)
+    assert torch.equal(u[0], u[2]) and not torch.equal(u[0], u[1]) and ((u >= 0) & (u < 1)).all()
+    assert torch.equal(u[1], vea.sample_uniform(torch.tensor([9]), 5, seed=3, salt=1)[0])  # batch-independent
+    assert not torch.equal(u[0], vea.sample_uniform(torch.tensor([4]), 5, seed=3, salt=2)[0])  # salts differ
+    keys = torch.tensor([[0.3, 0.1, 0.9, 0.2], [0.5, 0.4, 0.1, 0.8]])
+    w = vea.random_layer_weights(keys, 2)
+    torch.testing.assert_close(w, torch.tensor([[0.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]))
+    torch.testing.assert_close(vea.random_layer_weights(keys, 2, [1]), torch.tensor([[1.0, 0.0, 0.0, 1.0],
+                                                                                     [1.0, 0.0, 1.0, 0.0]]))
+    att = torch.rand(2, 4, 9)
+    rows = vea.aggregate_rows(att, w)
+    torch.testing.assert_close(rows[0], vea.aggregate(att[:1], [1, 3])[0])
+    torch.testing.assert_close(rows[1], vea.aggregate(att[1:], [1, 2])[0])
