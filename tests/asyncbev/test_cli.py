@@ -4,12 +4,27 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from tests.twin import fit_twin, metric_rows, print_config
 
 
+def training_loss(model, batches) -> float:
+    """The detector's training objective (heatmap + box + flow) on the given batches, batch statistics in BatchNorm."""
+    model.train()
+    with torch.no_grad():
+        return sum(float(model.losses(b)["loss"]) for b in batches) / len(batches)
+
+
 def test_tiny_twin_fits_and_evaluates_through_the_cli(tmp_path):
-    fit_twin("asyncbev", tmp_path)
+    cli = fit_twin("asyncbev", tmp_path)
+    # learned: on the training batches, the trained detector's objective is below the same config's untrained one
+    trained = cli.trainer.lightning_module
+    torch.manual_seed(0)
+    untrained = type(trained)(**{k: v for k, v in trained.hparams.items() if not k.startswith("_")})
+    batches = list(cli.datamodule.train_dataloader())[:2]
+    after, before = training_loss(trained, batches), training_loss(untrained, batches)
+    assert after < 0.9 * before, (after, before)
     rows = metric_rows(tmp_path)
     train = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
     assert train and all(math.isfinite(v) for v in train)
