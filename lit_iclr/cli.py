@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from . import registry
 from .core.classes import checkpoint_class_names, refusal, resolve_class
 from .core.data import BaseDataModule
-from .core.ddp import data_parallel_guard, use_unrepeated_eval_sampler
+from .core.ddp import data_parallel_guard, exact_mean_reduction, use_unrepeated_eval_sampler
 from .core.dist_ckpt import is_distributed_checkpoint
 from .core.errors import CheckpointError, ConfigError, LitIclrError, check_writable, run_folder_error, write_problem
 from .core.hub import read_checkpoint
@@ -171,6 +171,7 @@ class LitIclrCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         use_unrepeated_eval_sampler(self.trainer)  # each validation/test sample once under DDP (core/ddp.py)
+        exact_mean_reduction(self.trainer)  # ... and counted once in a logged mean (no truncated int64 count)
         try:
             # one-process methods refused before any process is launched; a collective timeout names the rank
             with data_parallel_guard(self.trainer, self.model if subcommand != "prepare" else None):

@@ -5,6 +5,7 @@ sequences, `y` (B,) int64.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,19 @@ def collate_pixels(items) -> dict[str, torch.Tensor]:
     return {"x": x, "y": torch.tensor([b for _, b in items], dtype=torch.long)}
 
 
-def collate_tokens(items) -> dict[str, torch.Tensor]:
-    """Pad token sequences at the end with id 0; x_mask marks the real tokens."""
-    length = max(len(a) for a, _ in items)
+def collate_tokens(items, length: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad token sequences at the end with id 0 to `length` (default: the batch's longest); x_mask marks the real tokens.
+
+    A bidirectional SSM's backward scan reaches a real token from the padding after it (in every layer after the
+    first, where the padded steps are no longer zero), so a sample's logits depend on how far its batch is padded.
+    `ListOpsData` pads every batch to the dataset's longest sequence, as S5 pads every batch to the fixed `seq_len`
+    (lindermanlab/S5 `s5/train_helpers.py`, `prep_batch`): a sample's logits are then the same in any batch, and under
+    DDP a rank's share of the global batch is padded as the whole batch is on one process.
+    """
+    longest = max(len(a) for a, _ in items)
+    length = longest if length is None else length
+    if longest > length:
+        raise ValueError(f"a sequence of {longest} tokens does not fit the padded length {length}")
     x = torch.zeros(len(items), length, dtype=torch.long)
     mask = torch.zeros(len(items), length, dtype=torch.bool)
     for i, (a, _) in enumerate(items):
@@ -222,6 +233,9 @@ class ListOpsData(_SeqDataModule):
             x, y = read_listops_tsv(self.path / f"basic_{split}.tsv", self.max_len)
             sets[split] = _Seqs(x, y)
         self.train_set, self.val_set, self.test_set = sets["train"], sets["val"], sets["test"]
+        # every batch padded to the longest sequence of all splits (S5's fixed seq_len; see `collate_tokens`)
+        self.seq_len = max(len(a) for split in sets.values() for a in split.x)
+        self.collate = partial(collate_tokens, length=self.seq_len)
 
     def describe(self) -> str:
         lengths = [len(s) for s in self.train_set.x]

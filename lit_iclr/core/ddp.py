@@ -17,7 +17,9 @@ counts each sample once.
   logged with ``self.log(..., sync_dist=True)`` are sums and counts reduced over ranks (Lightning's mean is
   ``sum(value * batch) / sum(batch)`` over all ranks), and torchmetrics states are reduced by torchmetrics, so each
   sample is counted once. A method that logs per-step values with ``sync_dist`` in evaluation, or gathers itself,
-  must not assume equal batch counts per rank.
+  must not assume equal batch counts per rank. Lightning's mean over ranks of the integer sample count truncates on
+  gloo (``copy_(count / world)`` into an int64: 144 + 143 samples became 2 x 143 = 286); ``exact_mean_reduction``
+  averages integer tensors in float64, so the count is 287.
 """
 from __future__ import annotations
 
@@ -224,6 +226,53 @@ def data_parallel_guard(trainer: Any, model: Any):
         raise error from e
 
 
+def _check_every_rank_has_a_sample(trainer: Any, dataloader: Any, mode: Any, world: int) -> None:
+    """Refuse (`ConfigError`) an evaluation set with fewer samples than ranks: split without padding, a rank would
+    hold no batch (Lightning stops it with a bare `AssertionError` while the others wait in a collective)."""
+    try:
+        n = len(dataloader.sampler)
+    except TypeError:  # an iterable without a length: Lightning does not split it
+        return
+    if 0 < n < world:
+        owner = type(getattr(trainer, "datamodule", None) or dataloader.dataset).__name__
+        stage = "test" if getattr(mode, "value", mode) == "test" else "validation"
+        raise ConfigError(
+            f"{owner}: the {stage} loader holds {n} sample(s) for {world} ranks, so a rank would evaluate nothing; "
+            "fix: give the loader `sampler=lit_iclr.core.loader.EveryIndexOnEveryRank(n)` (every rank runs the whole, "
+            "small evaluation), or evaluate on fewer processes")
+
+
+def _is_mean(reduce_op: Any) -> bool:
+    from torch.distributed import ReduceOp
+
+    if isinstance(reduce_op, str):
+        return reduce_op.lower() in ("mean", "avg")
+    return reduce_op == ReduceOp.AVG
+
+
+def exact_mean_reduction(trainer: Any) -> None:
+    """`trainer.strategy.reduce` (what `self.log(..., sync_dist=True)` calls) averages an integer tensor in float64.
+
+    Lightning reduces a logged epoch mean as mean(sum of value x batch) / mean(sample count) over ranks, and on gloo
+    its mean of the int64 count is `count.copy_(count_sum / world)`, truncated: with the unpadded evaluation split the
+    ranks' counts may differ by one, and an odd total lost half a sample (val/acc of AIRE-Prune's 287 digits was
+    hits / 286). Idempotent; any strategy (DDP, ModelParallel), a no-op reduction on one process."""
+    import torch
+
+    strategy = getattr(trainer, "strategy", None)
+    reduce = getattr(strategy, "reduce", None)
+    if reduce is None or getattr(reduce, "exact_mean", False):
+        return
+
+    def exact_reduce(tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        if isinstance(tensor, torch.Tensor) and not tensor.is_floating_point() and _is_mean(reduce_op):
+            tensor = tensor.to(torch.float64)
+        return reduce(tensor, group=group, reduce_op=reduce_op)
+
+    exact_reduce.exact_mean = True
+    strategy.reduce = exact_reduce
+
+
 def use_unrepeated_eval_sampler(trainer: Any) -> None:
     """Validation and test loaders of `trainer` split their data across ranks without padding (each sample once)."""
     from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSamplerWrapper
@@ -240,6 +289,7 @@ def use_unrepeated_eval_sampler(trainer: Any) -> None:
         if evaluating and connector._requires_distributed_sampler(dataloader):
             kwargs = dict(trainer.distributed_sampler_kwargs or {})
             kwargs["shuffle"] = False
+            _check_every_rank_has_a_sample(trainer, dataloader, mode, int(kwargs.get("num_replicas", 1)))
             return UnrepeatedDistributedSamplerWrapper(dataloader.sampler, **kwargs)
         return resolve(dataloader, shuffle, mode=mode)
 

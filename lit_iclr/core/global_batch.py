@@ -10,6 +10,9 @@ per sample. Three things break that, and each has its piece here:
   global RNG by (run seed, step) inside a block, the same on every rank and in a resumed run; in it, `rank_rows` draws
   for the global batch and keeps this rank's rows, `rows[rank::world]`, which is how the platform's training sampler
   deals the global batch (`core.loader.EpochShuffleSampler`: global row i is row i // world of rank i % world).
+  Dropout is such a draw: `GlobalBatchDropout` (`convert_dropout` swaps a model's `nn.Dropout`s) draws its mask so;
+  a tensor whose leading axis holds several rows per sample (merge segments) is told the rank's sample count by
+  `batch_samples`.
 - **Per-batch normalisers.** A loss `sum / count` over a batch (a focal loss over its positives, an L1 over visible
   points) averaged over ranks is the mean of the ranks' ratios, not the global ratio. With the denominator
   `rank_denominator(count) = (sum over ranks of count) / world`, DDP's average of the ranks' `sum_r / that` is
@@ -29,6 +32,7 @@ from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 
 def ranks() -> tuple[int, int]:
@@ -105,3 +109,46 @@ def sum_over_ranks(x: torch.Tensor, sync: bool) -> torch.Tensor:
     from torch.distributed.nn.functional import all_reduce
 
     return all_reduce(x)
+
+
+_SAMPLES: list[int] = []  # the rank's batch size inside `batch_samples`, innermost last
+
+
+@contextmanager
+def batch_samples(n: int) -> Iterator[None]:
+    """Inside the block `GlobalBatchDropout` reads a tensor whose leading axis is a multiple of `n` (this rank's batch
+    size) as `n` samples of consecutive rows (tokens, merge segments); without it each leading row is one sample."""
+    _SAMPLES.append(int(n))
+    try:
+        yield
+    finally:
+        _SAMPLES.pop()
+
+
+class GlobalBatchDropout(nn.Dropout):
+    """`nn.Dropout` whose keep mask is drawn for the global batch, this rank keeping its samples' rows (`rand_rows`):
+    in a `step_rng` block, 2 ranks x B/2 drop what one process drops on the global batch of B (torch's dropout draws
+    for the rank's own rows, so a rank's sample got the mask of another sample, and DDP a gradient no single
+    process has). Keep with probability 1 - p, scaled by 1 / (1 - p) (Srivastava et al. 2014), as `nn.Dropout`.
+    A leading axis that is no multiple of the `batch_samples` count (rows gathered per expert) is drawn per row."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p >= 1.0:
+            return torch.zeros_like(x)
+        samples = _SAMPLES[-1] if _SAMPLES and x.shape[0] % _SAMPLES[-1] == 0 else None
+        keep = rand_rows(x, samples) >= self.p
+        return x * keep / (1.0 - self.p)
+
+
+def convert_dropout(module: nn.Module) -> nn.Module:
+    """`module` with every `nn.Dropout` (its exact class) replaced by a `GlobalBatchDropout` of the same p, in place
+    (the root itself returned converted). No parameters or buffers change, so checkpoints load either way."""
+    if type(module) is nn.Dropout:
+        return GlobalBatchDropout(module.p)
+    for name, child in module.named_children():
+        new = convert_dropout(child)
+        if new is not child:
+            setattr(module, name, new)
+    return module

@@ -21,8 +21,10 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import SumMetric
 
 from lit_iclr.core.errors import ConfigError
+from lit_iclr.core.global_batch import rank_denominator
 from lit_iclr.core.module import BaseModule
 from lit_iclr.core.moe import check_moe, save_compact, save_hf, unfuse_experts
+from lit_iclr.core.moe.balance_loss import load_balancing_loss
 from lit_iclr.core.summary import Headline
 
 from .calibrate import lm_loss_sum
@@ -152,17 +154,23 @@ class HEAPrLM(BaseModule):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
-    def _loss(self, batch, router_logits: bool = False):
+    def _loss(self, batch, router_logits: bool = False, sync: bool = False):
         out = self.model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                          output_router_logits=router_logits)
         nll, n = lm_loss_sum(out.logits, batch.get("labels", batch["input_ids"]), batch.get("attention_mask"))
         aux = getattr(out, "aux_loss", None) if router_logits else None
+        if aux is not None and isinstance(getattr(out, "router_logits", None), tuple):
+            # the same Switch balancing loss as Hugging Face's, but of the global batch under DDP (its f and P are
+            # batch statistics: per rank they are the rank's half's, core/moe/balance_loss.py)
+            aux = load_balancing_loss(out.router_logits, self.model.num_experts, self.model.num_experts_per_tok,
+                                      batch.get("attention_mask"), sync)
         return nll, n, aux
 
     # --------------------------------------------------------------------------------------------- training
     def training_step(self, batch, batch_idx):
-        nll, n, aux = self._loss(batch, router_logits=self.hparams.aux_loss_coef > 0)
-        loss = nll / n.clamp_min(1)
+        nll, n, aux = self._loss(batch, router_logits=self.hparams.aux_loss_coef > 0, sync=True)
+        # mean NLL per token of the global batch under DDP (each rank's token count may differ with padding)
+        loss = nll / rank_denominator(n, sync=True, min_total=1.0)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         if aux is not None:
             self.log("train/aux_loss", aux, batch_size=batch["input_ids"].shape[0])

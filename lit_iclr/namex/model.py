@@ -12,6 +12,8 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
+from lit_iclr.core.global_batch import convert_dropout
+
 from .ffn import MergeOptions, MergingFFN
 from .propagation import Chain
 
@@ -20,8 +22,9 @@ def merging_blocks(dim: int, depth: int, num_heads: int, mlp_ratio: float, optio
                    drop: float = 0.0) -> nn.ModuleList:
     """`depth` timm blocks whose FFN is a `MergingFFN` (hidden = mlp_ratio * dim per expert), sharing one chain."""
     mlp = partial(MergingFFN, options=options, chain=Chain())
-    return nn.ModuleList(Block(dim, num_heads, mlp_ratio, qkv_bias=True, proj_drop=drop, mlp_layer=mlp)
-                         for _ in range(depth))
+    # dropout masks drawn for the global batch: under DDP (in `step_rng`) each sample is dropped as on one process
+    return convert_dropout(nn.ModuleList(Block(dim, num_heads, mlp_ratio, qkv_bias=True, proj_drop=drop, mlp_layer=mlp)
+                                         for _ in range(depth)))
 
 
 def merging_layers(model: nn.Module) -> list[MergingFFN]:

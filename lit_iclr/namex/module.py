@@ -11,7 +11,7 @@ from torch import Tensor
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure, plt
-from lit_iclr.core.global_batch import rank_denominator, step_rng
+from lit_iclr.core.global_batch import batch_samples, rank_denominator, step_rng
 from lit_iclr.core.summary import CardValue, Headline
 
 from .ffn import MergeOptions
@@ -104,7 +104,8 @@ class NAMExImageClassifier(MergingModule):
         return self.net((x - FASHION_MEAN) / FASHION_STD)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        with step_rng(self.global_step):  # the routers' noise: one process's on the global batch under DDP
+        # the routers' noise and dropout: one process's on the global batch under DDP
+        with step_rng(self.global_step), batch_samples(len(batch["x"])):
             logits = self(batch["x"])
         ce = F.cross_entropy(logits, batch["y"], label_smoothing=self.hparams.label_smoothing)
         loss = self.add_aux(ce)
@@ -186,7 +187,8 @@ class PerplexityModule(MergingModule):
         raise NotImplementedError
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        with step_rng(self.global_step):  # the routers' noise: one process's on the global batch under DDP
+        # the routers' noise and dropout: one process's on the global batch under DDP
+        with step_rng(self.global_step), batch_samples(len(batch["input_ids"])):
             nll = self.token_nll(batch)
         # the mean over the global batch's tokens: under DDP the denominator is the ranks' token count / world, so
         # DDP's average of the ranks' losses is summed NLL / all tokens, not a mean of per-rank means
@@ -306,7 +308,8 @@ class NAMExTopicClassifier(MergingModule):
         return self.net(batch["input_ids"], batch["attention_mask"])
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        with step_rng(self.global_step):  # the routers' noise: one process's on the global batch under DDP
+        # the routers' noise and dropout: one process's on the global batch under DDP
+        with step_rng(self.global_step), batch_samples(len(batch["input_ids"])):
             logits = self(batch)
         ce = F.cross_entropy(logits, batch["topic"])
         self.log("train/loss", ce, prog_bar=True)

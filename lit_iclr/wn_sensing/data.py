@@ -1,7 +1,10 @@
 """DataModule of a matrix-sensing problem: a generated `problem.npz` (or the user's), read back by `read_problem`.
 
 Training is full-batch: every "batch" is one iteration over all n measurements, so the loader yields step indices
-(`steps_per_epoch` per epoch) and the problem itself stays in memory.
+(`steps_per_epoch` per epoch) and the problem itself stays in memory. Under DDP every rank computes the same full
+gradient (the averaged one is one process's), so each rank is dealt `steps_per_epoch` indices, and validation, one
+evaluation of the iterate against the target, runs whole on every rank (`EveryIndexOnEveryRank`): split by Lightning,
+its single index left rank 1 with no batch.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from lit_iclr.core.data import BaseDataModule
 from lit_iclr.core.errors import ConfigError
-from lit_iclr.core.loader import IndexDataset, ResumableDataLoader
+from lit_iclr.core.loader import EveryIndexOnEveryRank, IndexDataset, ResumableDataLoader
 
 from .problem import TARGETS, Problem, degrees_of_freedom, generate, read_problem
 from .sensing import OPERATORS
@@ -80,14 +83,18 @@ class SensingData(BaseDataModule):
                 f"freedom of a rank-{rank} matrix: A is not identifiable, the fit will match y without recovering A; "
                 "raise measurements_per_dof above 1 (recovery typically needs 3 or more)", stacklevel=2)
 
+    def _world(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
     def train_dataloader(self) -> ResumableDataLoader:
-        return ResumableDataLoader(IndexDataset(self.steps_per_epoch), batch_size=1, shuffle=False)
+        # the training sampler deals index i to rank i % world: steps_per_epoch iterations per epoch on every rank
+        return ResumableDataLoader(IndexDataset(self.steps_per_epoch * self._world()), batch_size=1, shuffle=False)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(IndexDataset(1), batch_size=1)
+        return DataLoader(IndexDataset(1), batch_size=1, sampler=EveryIndexOnEveryRank(1))
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(IndexDataset(1), batch_size=1)
+        return DataLoader(IndexDataset(1), batch_size=1, sampler=EveryIndexOnEveryRank(1))
 
     def describe(self) -> str:
         return (f"SensingData: {self.path} ({self.operator} operator, {self.target} rank-{self.true_rank} target, "

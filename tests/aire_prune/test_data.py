@@ -5,6 +5,7 @@ import struct
 
 import numpy as np
 import pytest
+import torch
 
 from lit_iclr.aire_prune import ListOpsData, SequentialImageData
 from lit_iclr.aire_prune.data import pixel_sequences
@@ -153,3 +154,34 @@ def test_row_sequences_read_one_pooled_row_per_step():
     dm.setup("fit")
     assert (dm.seq_len, dm.d_input) == (8, 8)
     assert next(iter(dm.val_dataloader()))["x"].shape == (16, 8, 8)
+
+
+def test_listops_logits_of_a_sample_do_not_depend_on_its_batch(tmp_path):
+    """A bidirectional S4D's backward scan reaches a token from the padding after it, so padding to the batch's longest
+    gave a sample other logits next to a longer sequence (and, under DDP, a rank's half of the global batch other
+    gradients than one process: 8e-3 apart after one Adam step). Padded to the dataset's longest sequence (S5's fixed
+    seq_len), its logits are those it has alone."""
+    from lit_iclr.aire_prune.data import collate_tokens
+    from lit_iclr.aire_prune.model import SSMClassifier
+
+    dm = ListOpsData(data_dir=str(tmp_path), batch_size=8, num_train=40, num_val=8, num_test=8, max_depth=4,
+                     max_args=4, min_length=6, max_length=40)
+    dm.prepare_data()
+    dm.setup("fit")
+    items = sorted((dm.train_set[i] for i in range(len(dm.train_set))), key=lambda it: len(it[0]))
+    short, long = items[0], items[-1]
+    assert len(short[0]) < len(long[0]) <= dm.seq_len
+    torch.manual_seed(0)
+    model = SSMClassifier("s4d", vocab_size=dm.vocab_size, d_model=8, n_layers=2, state_size=4, bidirectional=True,
+                          dropout=0.0).eval()
+    for p in model.parameters():  # trained-like LayerNorm biases: padded steps are not zero after the first norm
+        p.data.add_(0.1 * torch.randn_like(p))
+
+    def logits(batch):
+        return model(batch["x"], batch["x_mask"])[0]
+
+    alone, beside = logits(dm.collate([short])), logits(dm.collate([short, long]))
+    torch.testing.assert_close(alone, beside, rtol=1e-5, atol=1e-6)
+    assert dm.collate([short])["x"].shape[1] == dm.seq_len
+    # padded to each batch's longest (the old collate), the same sample's logits differ
+    assert (logits(collate_tokens([short])) - logits(collate_tokens([short, long]))).abs().max() > 1e-4

@@ -107,7 +107,10 @@ def twin_batch_args(config: str | Path, devices: int) -> tuple[list[str], int | 
     return ["--data.init_args.batch_size", str(per_device * 2 // devices)], per_device * 2
 
 
-def run_worker(*argv: str, env: dict | None = None, timeout: float = 540) -> subprocess.CompletedProcess:
+def run_worker(*argv: str, env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """The worker in its own process; `timeout` seconds (default 540, or LIT_ICLR_DDP_WORKER_TIMEOUT_S on a machine
+    shared with other jobs, where one twin's 2-process run has taken over 9 minutes)."""
+    timeout = timeout if timeout is not None else float(os.environ.get("LIT_ICLR_DDP_WORKER_TIMEOUT_S", 540))
     return subprocess.run([sys.executable, str(Path(__file__)), *argv], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env={**os.environ, **(env or {})})
 

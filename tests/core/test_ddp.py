@@ -148,3 +148,56 @@ def test_evaluation_split_counts_each_sample_once():
         train = list(connector._resolve_sampler(loader, shuffle=False, mode=RunningStage.TRAINING))
         assert len(train) == 3  # Lightning's padded DistributedSampler, unchanged for training
     assert sorted(shares[0] + shares[1]) == [0, 1, 2, 3, 4]
+
+
+def test_evaluation_set_smaller_than_the_ranks_is_refused_in_one_line():
+    """1 validation sample on 2 ranks: a clear error naming the fix, not Lightning's bare AssertionError on rank 1;
+    a loader whose sampler already gives every rank every index (`EveryIndexOnEveryRank`) is kept as it is."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.trainer.connectors.data_connector import _DataConnector
+    from lightning.pytorch.trainer.states import RunningStage
+    from torch.utils.data import DataLoader
+
+    from lit_iclr.core.ddp import use_unrepeated_eval_sampler
+    from lit_iclr.core.errors import ConfigError
+    from lit_iclr.core.loader import EveryIndexOnEveryRank
+
+    connector = object.__new__(_DataConnector)
+    trainer = SimpleNamespace(_data_connector=connector, distributed_sampler_kwargs={"num_replicas": 2, "rank": 1},
+                              overfit_batches=0, state=SimpleNamespace(fn=None), datamodule=None,
+                              _accelerator_connector=SimpleNamespace(use_distributed_sampler=True, is_distributed=True))
+    connector.trainer = trainer
+    use_unrepeated_eval_sampler(trainer)
+    with pytest.raises(ConfigError, match=r"validation loader holds 1 sample\(s\) for 2 ranks.*EveryIndexOnEveryRank"):
+        connector._resolve_sampler(DataLoader([0]), shuffle=False, mode=RunningStage.VALIDATING)
+    whole = DataLoader([0], sampler=EveryIndexOnEveryRank(1))
+    assert list(connector._resolve_sampler(whole, shuffle=False, mode=RunningStage.VALIDATING)) == [0]
+
+
+def test_logged_mean_over_ranks_counts_an_odd_total_exactly(monkeypatch):
+    """Lightning reduces a `sync_dist` epoch mean as mean(sum) / mean(count) over ranks; on gloo its mean of the int64
+    count truncates: ranks with 144 and 143 samples gave 143, not 143.5 (AIRE-Prune's val/acc was hits / 286 of 287
+    samples). With `exact_mean_reduction` the count is averaged in float64. Lightning's own gloo code path runs; only
+    the other rank is faked (its all-reduce adds rank 1's value)."""
+    from types import SimpleNamespace
+
+    import lightning.fabric.utilities.distributed as fabric_dist
+    import torch.distributed as dist
+
+    from lit_iclr.core.ddp import DDPStrategy, exact_mean_reduction
+
+    monkeypatch.setattr(fabric_dist, "_distributed_is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "barrier", lambda group=None: None)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, group=None, async_op=False: t.add_(torch.tensor(143)))
+    trainer = SimpleNamespace(strategy=DDPStrategy())
+    assert trainer.strategy.reduce(torch.tensor(144), reduce_op="mean").item() == 143  # Lightning's truncation
+    exact_mean_reduction(trainer)
+    exact_mean_reduction(trainer)  # idempotent: wrapped once
+    count = trainer.strategy.reduce(torch.tensor(144), reduce_op="mean")
+    assert count.dtype == torch.float64 and count.item() == 143.5
+    assert trainer.strategy.reduce(torch.tensor(144.0), reduce_op="mean").item() == 143.5
+    summed = trainer.strategy.reduce(torch.tensor(144), reduce_op="sum")  # other reductions keep their dtype
+    assert summed.dtype == torch.int64 and summed.item() == 287

@@ -11,7 +11,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lit_iclr.core.global_batch import rand_rows, randn_rows, rank_denominator, ranks, sum_over_ranks
+from lit_iclr.core.global_batch import (
+    GlobalBatchDropout,
+    batch_samples,
+    convert_dropout,
+    rand_rows,
+    randn_rows,
+    rank_denominator,
+    ranks,
+    sum_over_ranks,
+)
 from lit_iclr.core.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 
 B, C = 6, 3
@@ -24,8 +33,10 @@ def _free_port() -> int:
 
 
 def _net() -> nn.Module:
+    """BatchNorm (a batch statistic) and dropout (a random draw per sample), the dropout drawn for the global batch."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(2, C, 3, padding=1), nn.BatchNorm2d(C), nn.ReLU(), nn.Conv2d(C, 1, 1))
+    return convert_dropout(nn.Sequential(nn.Conv2d(2, C, 3, padding=1), nn.BatchNorm2d(C), nn.ReLU(),
+                                         nn.Dropout(0.3), nn.Conv2d(C, 1, 1)))
 
 
 def _data():
@@ -102,8 +113,9 @@ def test_one_process_is_plain_batchnorm_and_conversion_keeps_the_tensors():
     assert conv is net and isinstance(net[1], SyncBatchNorm)
     assert net[1].weight is bn.weight and net[1].running_mean is bn.running_mean
     assert list(net.state_dict()) == list(_net().state_dict())
+    assert isinstance(net[3], GlobalBatchDropout) and net[3].p == 0.3
     x = _data()[0]
-    torch.testing.assert_close(net(x), _net()(x), rtol=0, atol=0)
+    torch.testing.assert_close(net.eval()(x), _net().eval()(x), rtol=0, atol=0)
     with pytest.raises(ValueError, match="expects \\(N, C, ...\\) input"):
         net[1](torch.ones(3))
     with pytest.raises(ValueError, match="not whole runs of 4 samples"):
@@ -129,3 +141,29 @@ def test_step_rng_draws_by_step_and_leaves_the_outer_stream():
     with step_rng(5):
         torch.randn(100)
     torch.testing.assert_close(torch.rand(3), outer, rtol=0, atol=0)  # the outer stream is where it was
+
+
+@pytest.mark.parametrize("samples", [None, 3])
+def test_dropout_gives_a_rank_its_samples_masks_of_the_global_batch(monkeypatch, samples):
+    """Rank r of 2 drops its samples (rows r::2 of the global batch; with `batch_samples`, runs of rows per sample) as
+    one process drops them on the global batch; torch's own dropout draws for the rank's rows and does not."""
+    import lit_iclr.core.global_batch as gb
+
+    rows = 2 if samples else 1  # rows per sample: 3 samples of 2 rows each per rank, or one row each
+    drop = GlobalBatchDropout(0.5)
+    x = torch.ones(6 * rows if samples is None else 6, 4)  # the global batch: 6 samples
+    torch.manual_seed(3)
+    with batch_samples(6) if samples else torch.no_grad():
+        one = drop(x)
+    assert set(one.unique().tolist()) == {0.0, 2.0}  # keep with 1 - p, scaled by 1 / (1 - p)
+    glob = one.view(6, -1, 4)
+    for r in (0, 1):
+        monkeypatch.setattr(gb, "ranks", lambda r=r: (2, r))
+        torch.manual_seed(3)
+        with batch_samples(3) if samples else torch.no_grad():
+            mine = drop(x.view(6, -1, 4)[r::2].reshape(-1, 4))
+        torch.testing.assert_close(mine.view(3, -1, 4), glob[r::2], rtol=0, atol=0)
+        torch.manual_seed(3)
+        plain = nn.Dropout(0.5)(x.view(6, -1, 4)[r::2].reshape(-1, 4))
+        assert not torch.equal(plain.view(3, -1, 4), glob[r::2])
+    assert torch.equal(drop.eval()(x), x)
