@@ -380,6 +380,7 @@ def train_weights(data: Path, path: Path, steps: int) -> Path:
     import torch
     import torch.nn.functional as F
 
+    torch.set_num_threads(1)  # the driver is not pinned: one thread, as the workers
     torch.manual_seed(0)
     sample = Sampler(str(data))
     model = project_model(sample.x.shape[2]).train()
