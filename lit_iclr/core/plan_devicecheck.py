@@ -24,7 +24,9 @@ and MFU (step FLOPs from `cli.py plan`'s counter, at the config's batch, over th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import re
 import sys
 import time
@@ -41,6 +43,13 @@ _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _THIS = str(Path(__file__).resolve())
 _DISPATCH_FILES = ("torch/overrides.py", "torch/_tensor.py", "torch/functional.py", "torch/_jit_internal.py")
 _NUMPY_DIR = str(Path(np.__file__).resolve().parent)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(path: str) -> str:
+    """A code object's file with symlinks resolved, as the directories above are: a frame's `co_filename` keeps the
+    path it was imported by (a symlinked virtual environment or checkout), so an unresolved one missed every prefix."""
+    return os.path.realpath(path)
 
 SYNC_CALLS = frozenset({"item", "tolist", "numpy", "__array__", "cpu", "__bool__", "__int__", "__float__", "__index__",
                         "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
@@ -70,7 +79,7 @@ class HostSyncCounter(TorchFunctionMode):
 
     def __init__(self, package_dir: str = PACKAGE_DIR):
         super().__init__()
-        self.package_dir = package_dir
+        self.package_dir = os.path.realpath(package_dir)
         self.sites: Counter = Counter()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -87,11 +96,11 @@ class HostSyncCounter(TorchFunctionMode):
         CPU step counter, a Tensor method implemented in Python) or another library made it."""
         frame = sys._getframe(2)
         while frame is not None and (frame.f_code.co_filename.endswith(_DISPATCH_FILES)
-                                     or frame.f_code.co_filename.startswith(_NUMPY_DIR)):
+                                     or _real(frame.f_code.co_filename).startswith(_NUMPY_DIR)):
             frame = frame.f_back  # torch's handle_torch_function, the Tensor method that called it, numpy's wrappers
         if frame is None:
             return None
-        path = frame.f_code.co_filename
+        path = _real(frame.f_code.co_filename)
         if path.startswith(self.package_dir) and path != _THIS:
             return f"{Path(path).relative_to(Path(self.package_dir).parent)}:{frame.f_lineno}"
         return None
