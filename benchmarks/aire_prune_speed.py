@@ -229,34 +229,8 @@ def official_prune_worker(proto, data: str, weights: str, repo: str, ratio: floa
 def project_fit_worker(proto, rows: int | None) -> None:
     """One `cli.py fit` of configs/aire_prune.yaml (validation off) serving the blocks: after a block's last step a
     callback answers the driver and waits for the next request (not timed); stdin closing ends the fit."""
-    from lightning.pytorch.callbacks import Callback
-
     from lit_iclr.cli import LitIclrCLI
-
-    class BlockServer(Callback):
-        def __init__(self):
-            self.left = 0
-
-        def next_block(self, trainer) -> None:
-            line = sys.stdin.readline()
-            if not line:
-                trainer.should_stop = True
-                self.left = -1
-                return
-            self.left = json.loads(line)["n"]
-            self.t0, self.c0 = time.perf_counter(), time.process_time()  # from the end of the previous step
-
-        def on_train_start(self, trainer, *args) -> None:
-            self.next_block(trainer)
-
-        def on_train_batch_end(self, trainer, *args) -> None:
-            self.left -= 1
-            if self.left != 0:
-                return
-            proto.write(json.dumps({"wall": time.perf_counter() - self.t0, "cpu": time.process_time() - self.c0})
-                        + "\n")
-            proto.flush()
-            self.next_block(trainer)
+    from lit_iclr.core.timing import fit_block_server
 
     args = ["--config", str(ROOT / "configs" / "aire_prune.yaml"), "--trainer.limit_val_batches", "0",
             "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir",
@@ -264,7 +238,7 @@ def project_fit_worker(proto, rows: int | None) -> None:
     if rows is not None:
         args += ["--data.init_args.train_size", str(rows)]
     cli = LitIclrCLI(args=args, run=False)
-    cli.trainer.callbacks.append(BlockServer())
+    cli.trainer.callbacks.append(fit_block_server(proto, key="n"))
     cli.trainer.fit(cli.model, cli.datamodule)
 
 

@@ -145,42 +145,10 @@ def fit_server(model_args: dict, batch: int, setting: str, updates_per_batch: in
     steady-state Trainer (one compile, one fit), and the wait is not timed. Stdin closing ends the fit. Every Trainer
     batch takes the data's `updates_per_batch` gradient steps (the config's unless given; a block's steps are rounded
     up to whole batches and reported)."""
-    from lightning.pytorch.callbacks import Callback
-
     from lit_iclr.cli import LitIclrCLI
+    from lit_iclr.core.timing import fit_block_server
 
     proto = protocol_stream()
-
-    class BlockServer(Callback):
-        def __init__(self):
-            self.left = 0
-            self.first = True
-            self.t0 = self.c0 = 0.0
-
-        def next_block(self, trainer) -> None:
-            line = sys.stdin.readline()
-            if not line:
-                trainer.should_stop = True
-                self.left = -1
-                return
-            asked = json.loads(line)["steps"]
-            self.steps = -(-asked // per_batch) * per_batch  # whole Trainer batches
-            self.left = self.steps
-            self.t0, self.c0 = time.perf_counter(), time.process_time()  # from the end of the previous step
-
-        def on_train_start(self, trainer, *args) -> None:
-            self.next_block(trainer)
-
-        def on_train_batch_end(self, trainer, *args) -> None:
-            self.left -= per_batch
-            if self.left != 0:
-                return
-            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
-            first = wall if self.first else 0.0  # the first block (one Trainer batch) includes the compile
-            self.first = False
-            proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": first, "steps": self.steps}) + "\n")
-            proto.flush()
-            self.next_block(trainer)
 
     overrides = []
     for k, v in model_args.items():
@@ -193,8 +161,7 @@ def fit_server(model_args: dict, batch: int, setting: str, updates_per_batch: in
     if updates_per_batch is not None:
         args += ["--data.init_args.updates_per_batch", str(updates_per_batch)]
     cli = LitIclrCLI(args=args, run=False)
-    per_batch = cli.datamodule.updates_per_batch
-    cli.trainer.callbacks.append(BlockServer())
+    cli.trainer.callbacks.append(fit_block_server(proto, per_batch=cli.datamodule.updates_per_batch))
     cli.trainer.fit(cli.model, cli.datamodule)
 
 

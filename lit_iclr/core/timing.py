@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["cpu_time", "interleaved_cpu_times"]
+__all__ = ["PinnedWorker", "cpu_time", "fit_block_server", "interleaved_cpu_times"]
 
 
 def cpu_time() -> float:
@@ -55,3 +55,45 @@ class PinnedWorker:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait()
+
+
+def fit_block_server(proto, key: str = "steps", per_batch: int = 1):
+    """A Lightning callback that serves timed blocks from inside one continuous `fit` (a speed benchmark's `cli.py
+    fit` side): it reads {key: n} from stdin, lets n optimizer steps run (rounded up to whole Trainer batches of
+    `per_batch` steps), then writes {"wall", "cpu", "first_step", "steps"} of that block to `proto` and reads the next
+    request; stdin closing stops the fit. Time between blocks (the driver's turn) is not counted. `first_step` is the
+    first block's wall time (it holds any compile), 0 after it."""
+    import sys
+
+    from lightning.pytorch.callbacks import Callback
+
+    class FitBlockServer(Callback):
+        def __init__(self):
+            self.left, self.steps, self.first = 0, 0, True
+            self.t0 = self.c0 = 0.0
+
+        def next_block(self, trainer) -> None:
+            line = sys.stdin.readline()
+            if not line:
+                trainer.should_stop = True
+                self.left = -1
+                return
+            self.steps = -(-json.loads(line)[key] // per_batch) * per_batch
+            self.left = self.steps
+            self.t0, self.c0 = time.perf_counter(), time.process_time()  # from the end of the previous step
+
+        def on_train_start(self, trainer, *args) -> None:
+            self.next_block(trainer)
+
+        def on_train_batch_end(self, trainer, *args) -> None:
+            self.left -= per_batch
+            if self.left != 0:
+                return
+            wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+            proto.write(json.dumps({"wall": wall, "cpu": cpu, "first_step": wall if self.first else 0.0,
+                                    "steps": self.steps}) + "\n")
+            proto.flush()
+            self.first = False
+            self.next_block(trainer)
+
+    return FitBlockServer()

@@ -2,6 +2,7 @@
 the pinned worker process of the speed comparisons."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -48,3 +49,26 @@ def test_pinned_worker_answers_each_request_on_its_core(tmp_path):
     dying = PinnedWorker([sys.executable, str(echo)], dict(os.environ), tmp_path)
     with pytest.raises(RuntimeError, match="exited with 3"):
         dying.ask({"die": True})
+
+
+def test_fit_block_server_times_the_asked_steps_in_whole_batches_and_ends_the_fit_with_stdin(tmp_path, monkeypatch):
+    import io
+
+    from lightning.pytorch import Trainer
+
+    from lit_iclr.core.timing import fit_block_server
+    from tests.core.toy import ToyData, ToyRegression
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"n": 2}\n{"n": 3}\n'))  # then stdin closes
+    proto = io.StringIO()
+    dm = ToyData(data_dir=str(tmp_path), batch_size=8, num_samples=64)
+    model = ToyRegression(num_features=dm.num_features)
+    trainer = Trainer(max_steps=100, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      default_root_dir=tmp_path, limit_val_batches=0,
+                      callbacks=[fit_block_server(proto, key="n", per_batch=2)])
+    trainer.fit(model, datamodule=dm)
+    blocks = [json.loads(line) for line in proto.getvalue().splitlines()]
+    # 2 steps ask one 2-step batch, 3 steps round up to two; the fit stops when the requests end
+    assert [b["steps"] for b in blocks] == [2, 4] and trainer.global_step == 3
+    assert blocks[0]["first_step"] == blocks[0]["wall"] > 0 and blocks[1]["first_step"] == 0.0
+    assert all(b["cpu"] > 0 for b in blocks)
