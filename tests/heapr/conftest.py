@@ -4,11 +4,8 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):  # tests/conftest.py
     yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

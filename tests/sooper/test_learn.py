@@ -15,13 +15,7 @@ from lit_iclr.sooper.module import SOOPER
 OBS, ACT, ROWS = 4, 2, 300
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread, as a fit sets it (`num_threads: 1`); torch's default threads contend on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py: as a fit sets `num_threads: 1`
 
 
 def replay() -> dict[str, torch.Tensor]:
