@@ -24,10 +24,11 @@ threshold: every layer keeps max(floor((1 - rho) * n_l), 1) of its modes, those 
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
+
+from lit_iclr.aire_prune.modcopy import copy_module
 
 METHODS = ("aire", "last", "magnitude", "random", "modal")
 UNIFORM = ("modal",)  # methods that prune every layer by the same fraction (no LAMP, no global threshold)
@@ -161,10 +162,13 @@ def apply_mask(model, prune_plan: PrunePlan) -> None:
 
 
 def slice_model(model, prune_plan: PrunePlan):
-    """A physically smaller copy of `model`: each layer keeps only its planned states (tensors sliced)."""
-    new = copy.deepcopy(model)
-    for block, keep in zip(new.layers, prune_plan.keep, strict=True):
-        block.ssm = block.ssm.keep_states(keep)
+    """A physically smaller copy of `model`: each layer keeps only its planned states (tensors sliced).
+
+    The sliced SSM layers are built from the kept entries directly (`keep_states`); every other module is copied as
+    `copy.deepcopy` would copy it (`modcopy.copy_module`), and the full-size SSM layers are never copied.
+    """
+    sliced = {id(ssm): ssm.keep_states(keep) for ssm, keep in zip(model.ssms(), prune_plan.keep, strict=True)}
+    new = copy_module(model, replace=sliced)
     new.config = dict(model.config, state_counts=new.state_counts())
     return new
 

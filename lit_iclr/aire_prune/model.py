@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from lit_iclr.aire_prune.modcopy import module_like
+
 # --------------------------------------------------------------------------------------------------------------
 # Initialisation of the diagonal state matrix
 # --------------------------------------------------------------------------------------------------------------
@@ -239,18 +241,11 @@ class S5SSM(_DiagonalSSM):
     def keep_states(self, idx: torch.Tensor) -> S5SSM:
         """A new, smaller layer holding only the states `idx` (sorted): every per-state tensor is sliced."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.D.device).sort().values
-        new = S5SSM.__new__(S5SSM)
-        nn.Module.__init__(new)
-        new.d_model, new.conj_sym, new.bidirectional = self.d_model, self.conj_sym, self.bidirectional
-        new.clip_eigs, new.mode = self.clip_eigs, self.mode
-        for name in ("Lambda_re", "Lambda_im", "B", "log_step"):
-            setattr(new, name, nn.Parameter(getattr(self, name).detach()[idx].clone()))
-        for name in ("C", "C2"):
-            if hasattr(self, name):
-                setattr(new, name, nn.Parameter(getattr(self, name).detach()[:, idx].clone()))
-        new.D = nn.Parameter(self.D.detach().clone())
-        new.register_buffer("state_mask", self.state_mask[idx].clone(), persistent=False)
-        return new
+        own = self._parameters
+        params = {name: nn.Parameter(own[name].detach()[idx]) for name in ("Lambda_re", "Lambda_im", "B", "log_step")}
+        params.update((name, nn.Parameter(own[name].detach()[:, idx])) for name in ("C", "C2") if name in own)
+        params["D"] = nn.Parameter(own["D"].detach().clone())
+        return module_like(self, params, {"state_mask": self.state_mask[idx]})  # the same attributes, new tensors
 
     def state_macs_per_step(self) -> int:
         """Real multiply-adds per time step spent on states: B_bar u (2nH), C x (2nH per direction), the recurrence."""
@@ -372,17 +367,11 @@ class S4DSSM(_DiagonalSSM):
     def keep_states(self, idx: torch.Tensor) -> S4DSSM:
         """A new, smaller layer holding only the states `idx` (sorted)."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.D.device).sort().values
-        new = S4DSSM.__new__(S4DSSM)
-        nn.Module.__init__(new)
-        new.d_model, new.bidirectional, new.mode, new.conj_sym = self.d_model, self.bidirectional, self.mode, True
-        for name in ("log_A_real", "A_imag", "B", "C", "C2"):
-            if hasattr(self, name):
-                setattr(new, name, nn.Parameter(getattr(self, name).detach()[idx].clone()))
-        new.D = nn.Parameter(self.D.detach().clone())
-        new.log_step = nn.Parameter(self.log_step.detach().clone())
-        new.register_buffer("channel", self.channel[idx].clone())
-        new.register_buffer("state_mask", self.state_mask[idx].clone(), persistent=False)
-        return new
+        own = self._parameters
+        params = {name: nn.Parameter(own[name].detach()[idx]) for name in ("log_A_real", "A_imag", "B", "C", "C2")
+                  if name in own}
+        params.update((name, nn.Parameter(own[name].detach().clone())) for name in ("D", "log_step"))
+        return module_like(self, params, {"channel": self.channel[idx], "state_mask": self.state_mask[idx]})
 
     def state_macs_per_step(self) -> int:
         """Real multiply-adds per step of the recurrent form: B_bar u, Lambda_bar x (complex), Re(C x) per direction."""
