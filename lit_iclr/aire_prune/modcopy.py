@@ -15,8 +15,9 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-_ATOMS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
-_CONTAINERS = (dict, OrderedDict, set, list)
+_ATOMS = frozenset((type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device))
+_CONTAINERS = frozenset((dict, OrderedDict, set, list))
+_FLAT = frozenset((tuple, frozenset, set, list))  # of atoms only: a shallow copy is a deep one
 _SLOTS = ("_parameters", "_buffers", "_modules")
 
 
@@ -32,6 +33,8 @@ def module_like(module: nn.Module, parameters: dict, buffers: dict, modules: dic
             state[k] = v
         elif kind in _CONTAINERS and not v:
             state[k] = kind()
+        elif kind in _FLAT and all(type(x) in _ATOMS for x in v):  # e.g. a LayerNorm's shape, non-persistent names
+            state[k] = v if kind in (tuple, frozenset) else kind(v)
         elif k not in _SLOTS:
             state[k] = copy.deepcopy(v, memo)
     state.update(_parameters=parameters, _buffers=buffers, _modules={} if modules is None else modules)

@@ -345,3 +345,27 @@ def test_copy_module_equals_deepcopy_and_keeps_shared_tensors_shared():
     a = ours(x)
     torch.manual_seed(0)
     assert torch.equal(a, theirs(x))
+
+
+@pytest.mark.parametrize("bidir", [False, True])
+def test_layers_scored_in_one_pass_equal_layer_by_layer(bidir):
+    # aire.plan scores S5 layers of one size in one stacked pass; the terms, normalised scores and keep sets must equal
+    # the layer-by-layer path exactly, for every method and both bidirectional forms.
+    torch.manual_seed(6)
+    model = SSMClassifier("s5", d_model=8, n_layers=4, state_size=8, bidirectional=bidir, dropout=0.0).eval()
+    for i, ssm in enumerate(model.ssms()):
+        _spread_steps(ssm, seed=i)
+    stacked = S5SSM.stacked_modal_terms(model.ssms())
+    for i, ssm in enumerate(model.ssms()):
+        one = ssm.modal_terms()
+        assert torch.equal(stacked["lam_abs"][i], one["lam_abs"]) and torch.equal(stacked["b_norm2"][i], one["b_norm2"])
+        assert torch.equal(stacked["c_norm2"][:, i], one["c_norm2"])
+    for method in ("aire", "last", "magnitude", "modal"):
+        for form in ("intended", "quirk"):
+            raw = [aire.layer_scores(ssm, method, form) for ssm in model.ssms()]
+            for ratio in (0.3, 0.5, 0.9):
+                got, want = aire.plan(model, ratio, method, form), aire.plan_from_scores(raw, ratio, method)
+                assert [k.tolist() for k in got.keep] == [k.tolist() for k in want.keep] and got.threshold == want.threshold
+                assert all(torch.equal(a, b) for a, b in zip(got.normalized, want.normalized, strict=True))
+    # layers of different sizes (a pruned model) are not stacked: scored layer by layer
+    assert S5SSM.stacked_modal_terms(aire.prune(model, 0.5)[0].ssms()) is None
