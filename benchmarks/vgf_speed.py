@@ -10,7 +10,8 @@ flow-matching step. Timed blocks of the sides are interleaved, in an order that 
 all alike), and each side's ratio is also the mean of its per-block ratios against the official block of the same
 round, with a paired 95% CI. The `cli.py fit` side is one continuous fit that serves the blocks from a callback. The
 first calls, which compile (XLA's jit; `torch.compile` with `--compile`), are reported separately. The project's
-products run through oneDNN as in configs/vgf*.yaml (`--matmul aten`: PyTorch's own, MKL on x86).
+products run through the library configs/vgf_cube.yaml picks (`matmul: auto`: MKL on Intel CPUs, oneDNN elsewhere;
+`--matmul aten|onednn` forces one).
 
     .venv/bin/python benchmarks/vgf_speed.py                       # the project's ms/step only, both settings
     .venv/bin/python benchmarks/vgf_speed.py --vs-official ~/src/vgf --official-python /tmp/jaxenv/bin/python
@@ -88,7 +89,7 @@ def official_worker(setting: str, data: str, repo: str) -> None:
 
 
 def project_worker(setting: str, data: str, side: str, compile_update: bool, compile_mode: str = "default",
-                   updates_per_batch: int | None = None, matmul: str = "onednn") -> None:
+                   updates_per_batch: int | None = None, matmul: str = "auto") -> None:
     """Serves timed blocks of the project's update: `plain` (no Lightning) or `fit` (the CLI's Trainer)."""
     import torch
 
@@ -243,8 +244,9 @@ def main() -> None:
     p.add_argument("--official-kept-memory", action="store_true",
                    help="also run the official side with glibc's malloc thresholds as the project sets them "
                         "(lit_iclr/core/host_memory.py), through the MALLOC_*_ environment variables")
-    p.add_argument("--matmul", default="onednn", choices=["aten", "onednn"],
-                   help="the project's matmul library (configs/vgf*.yaml: onednn; aten: PyTorch's own, MKL on x86)")
+    p.add_argument("--matmul", default="auto", choices=["aten", "onednn", "auto"],
+                   help="the project's matmul library (configs/vgf_cube.yaml: auto, i.e. aten (MKL) on Intel CPUs and "
+                        "onednn elsewhere)")
     p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:

@@ -24,10 +24,11 @@ threshold: every layer keeps max(floor((1 - rho) * n_l), 1) of its modes, those 
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
+
+from lit_iclr.aire_prune.modcopy import copy_module
 
 METHODS = ("aire", "last", "magnitude", "random", "modal")
 UNIFORM = ("modal",)  # methods that prune every layer by the same fraction (no LAMP, no global threshold)
@@ -66,12 +67,11 @@ def layer_scores(ssm, method: str = "aire", bidir: str = "intended",
 
 
 def layerwise_normalize(scores: torch.Tensor) -> torch.Tensor:
-    """LAMP normalisation: each score divided by the sum of itself and every larger score of its layer."""
-    values, order = torch.sort(scores)  # ascending
-    tail = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])  # sum_{j >= k} s_(j)
-    out = torch.empty_like(scores)
-    out[order] = values / tail.clamp(min=torch.finfo(scores.dtype).tiny)
-    return out
+    """LAMP normalisation: each score divided by the sum of itself and every larger score of its layer (the last dim:
+    one layer (n,), or layers of one size stacked (layers, n))."""
+    values, order = torch.sort(scores, dim=-1)  # ascending
+    tail = torch.flip(torch.cumsum(torch.flip(values, [-1]), -1), [-1])  # sum_{j >= k} s_(j)
+    return torch.empty_like(scores).scatter_(-1, order, values / tail.clamp(min=torch.finfo(scores.dtype).tiny))
 
 
 def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -110,9 +110,10 @@ class PrunePlan:
         return 1 - sum(self.kept_counts) / sum(self.sizes)
 
 
-def plan_from_scores(raw: list[torch.Tensor], ratio: float, method: str = "aire") -> PrunePlan:
+def plan_from_scores(raw: list[torch.Tensor] | torch.Tensor, ratio: float, method: str = "aire") -> PrunePlan:
     """Normalise each layer's raw scores, keep the global top max(floor((1 - ratio) * total), n_layers), return the plan.
 
+    `raw`: one tensor per layer, or a (layers, n) tensor when the layers are of one size (normalised in one pass).
     Every layer keeps at least its strongest state: LAMP gives each layer's top state the same score 1, so with
     ties (earlier index first) or K < n_layers a later layer could otherwise lose all its states, and a layer with
     none cannot run (the FFT convolution over zero states fails). At such ratios the pruned fraction is below `ratio`.
@@ -120,21 +121,23 @@ def plan_from_scores(raw: list[torch.Tensor], ratio: float, method: str = "aire"
     if not 0.0 <= ratio < 1.0:
         raise ValueError(f"prune ratio must be in [0, 1), got {ratio}")
     if method in UNIFORM:
-        return _uniform_plan(raw, ratio, method)
-    normalized = [layerwise_normalize(s) for s in raw]
+        return _uniform_plan(list(raw), ratio, method)
+    if torch.is_tensor(raw) or len({s.numel() for s in raw}) == 1:
+        stacked = layerwise_normalize(raw if torch.is_tensor(raw) else torch.stack(list(raw)))
+        normalized, tops = list(stacked.unbind(0)), stacked.argmax(-1)  # argmax: the first of equal maxima
+    else:
+        normalized = [layerwise_normalize(s) for s in raw]
+        tops = torch.stack([s.argmax() for s in normalized])
+    sizes = [s.numel() for s in normalized]
     flat = torch.cat(normalized)
     k = max(int((1.0 - ratio) * flat.numel() + 1e-9), len(normalized))
     forced = flat.clone()
-    starts = torch.tensor([0] + [s.numel() for s in normalized[:-1]]).cumsum(0)
-    tops = torch.stack([topk_mask(s, 1).nonzero()[0, 0] for s in normalized]) + starts
-    forced[tops] = float("inf")  # each layer's top state is kept; the rest of the budget goes to the global top-K
+    # each layer's top state is kept; the rest of the budget goes to the global top-K
+    forced[tops + torch.tensor([0] + sizes[:-1]).cumsum(0)] = float("inf")
     mask = topk_mask(forced, k)
-    keep, start = [], 0
-    for s in normalized:
-        keep.append(torch.nonzero(mask[start:start + s.numel()]).flatten())
-        start += s.numel()
+    keep = [torch.nonzero(m).flatten() for m in mask.split(sizes)]
     threshold = float(flat[mask].min())
-    return PrunePlan(method, ratio, keep, [s.numel() for s in raw], normalized, threshold)
+    return PrunePlan(method, ratio, keep, sizes, normalized, threshold)
 
 
 def _uniform_plan(raw: list[torch.Tensor], ratio: float, method: str) -> PrunePlan:
@@ -147,9 +150,13 @@ def _uniform_plan(raw: list[torch.Tensor], ratio: float, method: str) -> PrunePl
 
 def plan(model, ratio: float, method: str = "aire", bidir: str = "intended", seed: int = 0) -> PrunePlan:
     """Score every layer of an `SSMClassifier` and choose the states to keep at pruning ratio `ratio`."""
+    ssms = model.ssms()
+    stacked = getattr(ssms[0], "stacked_modal_terms", None)  # layers of one size scored in one pass (not `random`:
+    terms = stacked(ssms) if stacked is not None and method != "random" else None  # its draws go layer by layer)
+    if terms is not None:
+        return plan_from_scores(score_from_terms(terms, method, bidir), ratio, method)
     gen = torch.Generator().manual_seed(seed)
-    raw = [layer_scores(ssm, method, bidir, gen) for ssm in model.ssms()]
-    return plan_from_scores(raw, ratio, method)
+    return plan_from_scores([layer_scores(ssm, method, bidir, gen) for ssm in ssms], ratio, method)
 
 
 def apply_mask(model, prune_plan: PrunePlan) -> None:
@@ -161,10 +168,13 @@ def apply_mask(model, prune_plan: PrunePlan) -> None:
 
 
 def slice_model(model, prune_plan: PrunePlan):
-    """A physically smaller copy of `model`: each layer keeps only its planned states (tensors sliced)."""
-    new = copy.deepcopy(model)
-    for block, keep in zip(new.layers, prune_plan.keep, strict=True):
-        block.ssm = block.ssm.keep_states(keep)
+    """A physically smaller copy of `model`: each layer keeps only its planned states (tensors sliced).
+
+    The sliced SSM layers are built from the kept entries directly (`keep_states`); every other module is copied as
+    `copy.deepcopy` would copy it (`modcopy.copy_module`), and the full-size SSM layers are never copied.
+    """
+    sliced = {id(ssm): ssm.keep_states(keep) for ssm, keep in zip(model.ssms(), prune_plan.keep, strict=True)}
+    new = copy_module(model, replace=sliced)
     new.config = dict(model.config, state_counts=new.state_counts())
     return new
 

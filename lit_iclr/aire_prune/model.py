@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from lit_iclr.aire_prune.modcopy import module_like
+
 # --------------------------------------------------------------------------------------------------------------
 # Initialisation of the diagonal state matrix
 # --------------------------------------------------------------------------------------------------------------
@@ -100,6 +102,29 @@ RECURRENCES = {"fft": recurrence_fft, "scan": recurrence_scan}
 def _complex(p: torch.Tensor) -> torch.Tensor:
     """A real parameter (..., 2) as a complex tensor (...)."""
     return torch.complex(p[..., 0], p[..., 1])
+
+
+def s5_continuous(lambda_re: torch.Tensor, lambda_im: torch.Tensor, log_step: torch.Tensor, clip_eigs: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """S5's Lambda (complex, Re clipped at -1e-4 with `clip_eigs`) and Delta; any leading dims (layers stacked)."""
+    re = lambda_re.clamp(max=-1e-4) if clip_eigs else lambda_re
+    return torch.complex(re, lambda_im), torch.exp(log_step)
+
+
+def s5_discretize(lambda_re: torch.Tensor, lambda_im: torch.Tensor, log_step: torch.Tensor, b: torch.Tensor,
+                  clip_eigs: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """ZOH: log Lambda_bar = Lambda Delta (..., n) and B_bar = (Lambda_bar - 1) / Lambda * B (..., n, H)."""
+    lam, step = s5_continuous(lambda_re, lambda_im, log_step, clip_eigs)
+    log_lam = lam * step
+    return log_lam, ((torch.exp(log_lam) - 1) / lam)[..., None] * _complex(b)
+
+
+def s5_modal_terms(lambda_re: torch.Tensor, lambda_im: torch.Tensor, log_step: torch.Tensor, b: torch.Tensor,
+                   cs: list[torch.Tensor], clip_eigs: bool) -> dict[str, torch.Tensor]:
+    """|Lambda_bar_i|, ||B_bar_i||^2 and ||C_i||^2 (one row per C in `cs`, stored (..., H, n, 2)) of S5 parameters."""
+    log_lam, b_bar = s5_discretize(lambda_re, lambda_im, log_step, b, clip_eigs)
+    return {"lam_abs": torch.exp(log_lam.real), "b_norm2": b_bar.abs().pow(2).sum(-1),
+            "c_norm2": torch.stack([_complex(c).abs().pow(2).sum(-2) for c in cs])}
 
 
 class _DiagonalSSM(nn.Module):
@@ -200,23 +225,34 @@ class S5SSM(_DiagonalSSM):
 
     def continuous(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Lambda (n,) complex and Delta (n,)."""
-        re = self.Lambda_re.clamp(max=-1e-4) if self.clip_eigs else self.Lambda_re
-        return torch.complex(re, self.Lambda_im), torch.exp(self.log_step)
+        return s5_continuous(self.Lambda_re, self.Lambda_im, self.log_step, self.clip_eigs)
 
     def discretize(self) -> tuple[torch.Tensor, torch.Tensor]:
         """ZOH: log Lambda_bar = Lambda Delta (n,) and B_bar = (Lambda_bar - 1) / Lambda * B (n, H)."""
-        lam, step = self.continuous()
-        log_lam = lam * step
-        b_bar = ((torch.exp(log_lam) - 1) / lam)[:, None] * _complex(self.B)
-        return log_lam, b_bar
-
+        return s5_discretize(self.Lambda_re, self.Lambda_im, self.log_step, self.B, self.clip_eigs)
 
     def modal_terms(self) -> dict[str, torch.Tensor]:
         """|Lambda_bar_i|, ||B_bar_i||^2 and ||C_i||^2 per direction: the ingredients of the pruning scores."""
         with torch.no_grad():
-            log_lam, b_bar = self.discretize()
-            return {"lam_abs": torch.exp(log_lam.real), "b_norm2": b_bar.abs().pow(2).sum(1),
-                    "c_norm2": torch.stack([c.abs().pow(2).sum(0) for c in self.output_matrices()])}
+            cs = [self.C, self.C2] if self.bidirectional else [self.C]
+            return s5_modal_terms(self.Lambda_re, self.Lambda_im, self.log_step, self.B, cs, self.clip_eigs)
+
+    @staticmethod
+    def stacked_modal_terms(ssms: list[nn.Module]) -> dict[str, torch.Tensor] | None:
+        """`modal_terms` of several S5 layers at once, their parameters stacked on a leading layer dim: lam_abs and
+        b_norm2 (layers, n), c_norm2 (directions, layers, n); the same numbers as layer by layer. None unless every
+        layer is an S5SSM with the same number of states and the same settings (a pruned model's layers differ)."""
+        first = ssms[0]
+        same = (S5SSM, first.n_states, first.clip_eigs, first.bidirectional)
+        if any((type(s), s.n_states, s.clip_eigs, s.bidirectional) != same for s in ssms):
+            return None
+        with torch.no_grad():
+            def stack(name: str) -> torch.Tensor:
+                return torch.stack([getattr(s, name) for s in ssms])
+
+            cs = [stack("C"), stack("C2")] if first.bidirectional else [stack("C")]
+            return s5_modal_terms(stack("Lambda_re"), stack("Lambda_im"), stack("log_step"), stack("B"), cs,
+                                  first.clip_eigs)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         """u: (B, L, H) real -> (B, L, H)."""
@@ -239,18 +275,12 @@ class S5SSM(_DiagonalSSM):
     def keep_states(self, idx: torch.Tensor) -> S5SSM:
         """A new, smaller layer holding only the states `idx` (sorted): every per-state tensor is sliced."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.D.device).sort().values
-        new = S5SSM.__new__(S5SSM)
-        nn.Module.__init__(new)
-        new.d_model, new.conj_sym, new.bidirectional = self.d_model, self.conj_sym, self.bidirectional
-        new.clip_eigs, new.mode = self.clip_eigs, self.mode
-        for name in ("Lambda_re", "Lambda_im", "B", "log_step"):
-            setattr(new, name, nn.Parameter(getattr(self, name).detach()[idx].clone()))
-        for name in ("C", "C2"):
-            if hasattr(self, name):
-                setattr(new, name, nn.Parameter(getattr(self, name).detach()[:, idx].clone()))
-        new.D = nn.Parameter(self.D.detach().clone())
-        new.register_buffer("state_mask", self.state_mask[idx].clone(), persistent=False)
-        return new
+        own = self._parameters
+        params = {name: nn.Parameter(own[name].detach().index_select(0, idx))
+                  for name in ("Lambda_re", "Lambda_im", "B", "log_step")}
+        params.update((name, nn.Parameter(own[name].detach().index_select(1, idx))) for name in ("C", "C2") if name in own)
+        params["D"] = nn.Parameter(own["D"].detach().clone())
+        return module_like(self, params, {"state_mask": self.state_mask.index_select(0, idx)})  # same attributes
 
     def state_macs_per_step(self) -> int:
         """Real multiply-adds per time step spent on states: B_bar u (2nH), C x (2nH per direction), the recurrence."""
@@ -372,17 +402,12 @@ class S4DSSM(_DiagonalSSM):
     def keep_states(self, idx: torch.Tensor) -> S4DSSM:
         """A new, smaller layer holding only the states `idx` (sorted)."""
         idx = torch.as_tensor(idx, dtype=torch.long, device=self.D.device).sort().values
-        new = S4DSSM.__new__(S4DSSM)
-        nn.Module.__init__(new)
-        new.d_model, new.bidirectional, new.mode, new.conj_sym = self.d_model, self.bidirectional, self.mode, True
-        for name in ("log_A_real", "A_imag", "B", "C", "C2"):
-            if hasattr(self, name):
-                setattr(new, name, nn.Parameter(getattr(self, name).detach()[idx].clone()))
-        new.D = nn.Parameter(self.D.detach().clone())
-        new.log_step = nn.Parameter(self.log_step.detach().clone())
-        new.register_buffer("channel", self.channel[idx].clone())
-        new.register_buffer("state_mask", self.state_mask[idx].clone(), persistent=False)
-        return new
+        own = self._parameters
+        params = {name: nn.Parameter(own[name].detach().index_select(0, idx))
+                  for name in ("log_A_real", "A_imag", "B", "C", "C2") if name in own}
+        params.update((name, nn.Parameter(own[name].detach().clone())) for name in ("D", "log_step"))
+        return module_like(self, params, {"channel": self.channel.index_select(0, idx),
+                                          "state_mask": self.state_mask.index_select(0, idx)})
 
     def state_macs_per_step(self) -> int:
         """Real multiply-adds per step of the recurrent form: B_bar u, Lambda_bar x (complex), Re(C x) per direction."""

@@ -14,6 +14,10 @@ oneDNN's order) with all three products in oneDNN:
 A oneDNN call has a fixed cost of about 17 us (primitive lookup; MKL's: 1 us), so products below `MIN_MACS`
 multiply-adds (M x K x N) stay on `F.linear`: only the large ones gain (1024 x 128 x 128: 16.8 M).
 
+`auto` picks by processor: `aten` on Intel CPUs, where MKL is Intel's own library (on an Intel Xeon with AVX-512 the
+compiled VGF update at its default size took 0.81x [0.78, 0.84] of its CPU time with oneDNN: seeds/vgf.md), `onednn`
+elsewhere when the build has it (AMD EPYC: about 2x MKL, above).
+
 Under `torch.compile` the product is an opaque custom op (inductor lowers `mkldnn._linear_pointwise` only for frozen,
 constant weights) and the autograd.Function traces into the compiled forward and backward, `torch.func.grad`
 included. `backend="aten"` (and any input that is not fp32 on the CPU) is plain `F.linear`.
@@ -23,9 +27,9 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-__all__ = ["BACKENDS", "check_backend", "ensemble_linear", "linear", "onednn_available"]
+__all__ = ["BACKENDS", "check_backend", "cpu_vendor", "ensemble_linear", "linear", "onednn_available", "resolve_backend"]
 
-BACKENDS = ("aten", "onednn")
+BACKENDS = ("aten", "onednn", "auto")
 MIN_MACS = 4_000_000  # below this M x K x N, oneDNN's fixed cost eats its speed (128 x 128 x 128: MKL 44 us, oneDNN 36)
 
 
@@ -42,6 +46,27 @@ def check_backend(backend: str) -> str:
         raise ValueError("matmul backend 'onednn' needs a PyTorch build with oneDNN (mkldnn); this one has none: "
                          "use 'aten'")
     return backend
+
+
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor's vendor id ("GenuineIntel", "AuthenticAMD", ...); "" where it cannot be read (not Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def resolve_backend(backend: str) -> str:
+    """`aten` or `onednn` for `backend` (checked): `auto` is `aten` on Intel CPUs (MKL's own), `onednn` elsewhere where
+    the build has it, else `aten`."""
+    backend = check_backend(backend)
+    if backend != "auto":
+        return backend
+    return "onednn" if cpu_vendor() != "GenuineIntel" and onednn_available() else "aten"
 
 
 @torch.library.custom_op("lit_iclr::onednn_linear", mutates_args=())

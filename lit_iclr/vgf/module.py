@@ -26,7 +26,7 @@ from lit_iclr.core import BaseModule
 from lit_iclr.core.figures import log_figure, plt
 from lit_iclr.core.functional_adam import adam_groups, adam_step
 from lit_iclr.core.grad_sync import backward_and_average
-from lit_iclr.core.onednn_linear import check_backend
+from lit_iclr.core.onednn_linear import resolve_backend
 from lit_iclr.core.summary import Headline
 from lit_iclr.core.threads import CpuThreads
 
@@ -295,8 +295,9 @@ class VGF(OfflineRLModule):
                 scheduler is set, the two Adam steps with the Polyak update as one more compiled function. The first
                 step compiles (tens of seconds on CPU); the numbers equal the eager ones.
             compile_options: Keyword arguments of `torch.compile` (e.g. `{mode: reduce-overhead}` for CUDA graphs).
-            matmul: Library of the networks' fp32 CPU products: `aten` (PyTorch's: MKL on x86) or `onednn` (PyTorch's
-                bundled oneDNN, `core/onednn_linear.py`; about 2x MKL's speed on AMD EPYC CPUs). Best with
+            matmul: Library of the networks' fp32 CPU products: `aten` (PyTorch's: MKL on x86), `onednn` (PyTorch's
+                bundled oneDNN, `core/onednn_linear.py`; about 2x MKL's speed on AMD EPYC CPUs) or `auto` (`aten` on
+                Intel CPUs, where MKL measured faster, `onednn` elsewhere). Best with
                 `compile_update` (eager, each product is a Python autograd function). Other devices: `aten` always.
             num_threads: torch intra-op threads while fitting, validating or testing (`torch.set_num_threads`, set in
                 `setup`, restored in `teardown`): the networks are 128 units wide and an update is about a hundred
@@ -311,7 +312,7 @@ class VGF(OfflineRLModule):
         self.save_hyperparameters(ignore=["actor_optimizer", "critic_optimizer"])
         self.automatic_optimization = False
         self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
-        check_backend(matmul)
+        matmul = resolve_backend(matmul)  # `auto`: by processor (core/onednn_linear.py)
         self.policy = FlowPolicy(obs_dim, action_dim, actor_hidden, matmul=matmul)
         self.critic = Critic(obs_dim, action_dim, critic_hidden, critic_layer_norm, matmul=matmul)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)

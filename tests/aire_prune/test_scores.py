@@ -1,4 +1,5 @@
 """AIRE math against independent computation: brute-force impulse-response sums, masks vs. slices, LAMP."""
+import copy
 import math
 
 import numpy as np
@@ -273,3 +274,98 @@ def test_modal_truncation_score_and_uniform_order_per_layer():
             assert set(keep.tolist()) == set(torch.argsort(s, descending=True)[:k].tolist())
     smaller, p = aire.prune(model, 0.95, "modal")
     assert smaller(torch.randn(2, 5, 1)).shape == (2, 10)
+
+
+def _slice_by_name(state: dict, plan) -> dict:
+    """The sliced model's state dict from the full one by name (independent of `keep_states`): per-state tensors
+    indexed on their state axis (C, C2 of S5 on axis 1), everything else as it is."""
+    out = {}
+    for name, value in state.items():
+        parts = name.split(".")
+        if parts[0] == "layers" and parts[2] == "ssm" and parts[3] not in ("D",):
+            keep = plan.keep[int(parts[1])]
+            s5_c = parts[3] in ("C", "C2") and value.dim() == 3 and value.shape[1] == plan.sizes[int(parts[1])]
+            per_state = s5_c or value.shape[0] == plan.sizes[int(parts[1])]
+            value = value[:, keep] if s5_c else value[keep] if per_state else value
+        out[name] = value
+    return out
+
+
+@pytest.mark.parametrize("kind,bidir,mode", [("s5", True, "fft"), ("s5", False, "scan"), ("s4d", True, "fft")])
+def test_slice_model_is_exactly_the_model_built_from_the_kept_entries(kind, bidir, mode):
+    # slice_model never deep-copies the full model: the sliced SSM layers are built from the kept entries and the rest
+    # copied module by module. Its state dict and outputs must equal, bit for bit, a model constructed at the pruned
+    # sizes and loaded with the kept entries (the state dict sliced by name), and nothing may be shared with the source.
+    torch.manual_seed(4)
+    model = SSMClassifier(kind, d_model=8, n_layers=3, state_size=8, bidirectional=bidir, mode=mode, dropout=0.1,
+                          ssm_init="hippo" if kind == "s5" else "s4d_lin").eval()
+    for ssm in model.ssms():
+        _spread_steps(ssm, seed=len(ssm.log_step))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    p = aire.plan(model, 0.5)
+    sliced = aire.slice_model(model, p)
+    expected = _slice_by_name(model.state_dict(), p)
+    reference = SSMClassifier(**dict(model.config, state_counts=p.kept_counts)).eval()
+    reference.load_state_dict(expected)
+    got = sliced.state_dict()
+    assert got.keys() == expected.keys() and sliced.config == reference.config
+    for name, value in expected.items():
+        assert torch.equal(got[name], value) and got[name].dtype == value.dtype, name
+    assert sliced.state_counts() == p.kept_counts and sliced.state_counts() != model.state_counts()
+    x = torch.randn(3, 20, 1)
+    assert torch.equal(sliced(x), reference(x))
+    assert [m.training for m in sliced.modules()] == [False] * len(list(sliced.modules()))
+    # a deep copy: no tensor or hook dictionary shared with the source, which is left as it was
+    source = {t.data_ptr() for t in model.state_dict().values()}
+    assert not any(t.data_ptr() in source for t in got.values())
+    assert sliced.encoder._forward_hooks is not model.encoder._forward_hooks
+    with torch.no_grad():
+        for t in sliced.parameters():
+            t.add_(1.0)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(t.requires_grad for t in sliced.parameters())
+
+
+def test_copy_module_equals_deepcopy_and_keeps_shared_tensors_shared():
+    from lit_iclr.aire_prune.modcopy import copy_module
+
+    torch.manual_seed(5)
+    model = SSMClassifier("s5", d_model=8, n_layers=2, state_size=8, dropout=0.1).train()
+    model.layers[1].out.weight = model.layers[0].out.weight  # a tied weight stays tied in the copy, as with deepcopy
+    ours, theirs = copy_module(model), copy.deepcopy(model)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values(), strict=True))
+    assert ours.layers[1].out.weight is ours.layers[0].out.weight
+    assert ours.layers[0].out.weight is not model.layers[0].out.weight
+    assert [type(m) for m in ours.modules()] == [type(m) for m in theirs.modules()]
+    assert [m.training for m in ours.modules()] == [m.training for m in theirs.modules()]
+    assert ours.config == model.config and ours.config is not model.config
+    x = torch.randn(2, 10, 1)
+    torch.manual_seed(0)
+    a = ours(x)
+    torch.manual_seed(0)
+    assert torch.equal(a, theirs(x))
+
+
+@pytest.mark.parametrize("bidir", [False, True])
+def test_layers_scored_in_one_pass_equal_layer_by_layer(bidir):
+    # aire.plan scores S5 layers of one size in one stacked pass; the terms, normalised scores and keep sets must equal
+    # the layer-by-layer path exactly, for every method and both bidirectional forms.
+    torch.manual_seed(6)
+    model = SSMClassifier("s5", d_model=8, n_layers=4, state_size=8, bidirectional=bidir, dropout=0.0).eval()
+    for i, ssm in enumerate(model.ssms()):
+        _spread_steps(ssm, seed=i)
+    stacked = S5SSM.stacked_modal_terms(model.ssms())
+    for i, ssm in enumerate(model.ssms()):
+        one = ssm.modal_terms()
+        assert torch.equal(stacked["lam_abs"][i], one["lam_abs"]) and torch.equal(stacked["b_norm2"][i], one["b_norm2"])
+        assert torch.equal(stacked["c_norm2"][:, i], one["c_norm2"])
+    for method in ("aire", "last", "magnitude", "modal"):
+        for form in ("intended", "quirk"):
+            raw = [aire.layer_scores(ssm, method, form) for ssm in model.ssms()]
+            for ratio in (0.3, 0.5, 0.9):
+                got, want = aire.plan(model, ratio, method, form), aire.plan_from_scores(raw, ratio, method)
+                assert [k.tolist() for k in got.keep] == [k.tolist() for k in want.keep] and got.threshold == want.threshold
+                assert all(torch.equal(a, b) for a, b in zip(got.normalized, want.normalized, strict=True))
+    # layers of different sizes (a pruned model) are not stacked: scored layer by layer
+    assert S5SSM.stacked_modal_terms(aire.prune(model, 0.5)[0].ssms()) is None

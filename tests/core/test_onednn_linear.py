@@ -86,3 +86,19 @@ def test_ensemble_linear_equals_each_member(every_size):
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="one of .*'aten', 'onednn'"):
         od.check_backend("blas")
+
+
+def test_auto_backend_is_mkl_on_intel_and_onednn_elsewhere(tmp_path, monkeypatch):
+    intel, amd = tmp_path / "intel", tmp_path / "amd"
+    intel.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n")
+    amd.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert od.cpu_vendor(str(intel)) == "GenuineIntel" and od.cpu_vendor(str(amd)) == "AuthenticAMD"
+    assert od.cpu_vendor(str(tmp_path / "absent")) == ""  # not Linux: no vendor, oneDNN as before
+    for path, want in ((intel, "aten"), (amd, "onednn"), (tmp_path / "absent", "onednn")):
+        monkeypatch.setattr(od, "cpu_vendor", lambda p=str(path), read=od.cpu_vendor: read(p))
+        assert od.resolve_backend("auto") == want
+        assert od.resolve_backend("aten") == "aten" and od.resolve_backend("onednn") == "onednn"  # forced: as given
+    monkeypatch.setattr(od, "onednn_available", lambda: False)
+    assert od.resolve_backend("auto") == "aten"  # a build without oneDNN: MKL wherever
+    with pytest.raises(ValueError, match="'auto'"):
+        od.resolve_backend("mkl")

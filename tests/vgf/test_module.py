@@ -174,3 +174,14 @@ def test_num_threads_is_set_at_setup_and_checked():
     for bad in (0, True):
         with pytest.raises(ValueError, match="num_threads"):
             VGF(obs_dim=3, action_dim=2, num_threads=bad)
+
+
+def test_matmul_auto_builds_the_networks_on_the_processor_s_library(monkeypatch):
+    from lit_iclr.core import onednn_linear
+
+    monkeypatch.setattr(onednn_linear, "onednn_available", lambda: True)
+    for vendor, want in (("GenuineIntel", "aten"), ("AuthenticAMD", "onednn")):
+        monkeypatch.setattr(onednn_linear, "cpu_vendor", lambda v=vendor: v)
+        m = VGF(obs_dim=3, action_dim=2, actor_hidden=[8], critic_hidden=[8], matmul="auto")
+        assert m.policy.matmul == want and m.critic.net[0].matmul == want and m.target_critic.net[0].matmul == want
+        assert m.hparams.matmul == "auto"  # saved as asked: a checkpoint resolves it again on the machine that loads it
