@@ -191,10 +191,11 @@ def _run_and_store(args) -> None:
           flush=True)
 
 
-def run_lm(kinds, seeds, generations: int, results: Path, jobs: int) -> None:
-    """All runs of the requested tables in `_priority` order, each run once; finished runs in `results` are skipped."""
+def run_lm(kinds, seeds, generations: int, results: Path, jobs: int, betas=None) -> None:
+    """All runs of the requested tables in `_priority` order, each run once; finished runs in `results` are skipped;
+    `betas`: only the runs at these betas."""
     done = {_key(json.loads(x)) for x in results.read_text().splitlines()} if results.exists() else set()
-    runs = {_key(c): c for kind in kinds for c in lm_runs(kind, seeds)}
+    runs = {_key(c): c for kind in kinds for c in lm_runs(kind, seeds) if betas is None or c["beta"] in betas}
     order = sorted(runs.values(), key=_priority)
     todo = [(c, generations, str(results)) for c in order if _key(c) not in done]
     print(f"{' + '.join(kinds)}: {len(todo)} runs to do ({len(done)} stored in {results})", flush=True)
@@ -461,6 +462,8 @@ def main() -> None:
                     help="the base's pretraining steps of the base_steps table")
     ap.add_argument("--cells", default="all", choices=["all", "claims"],
                     help="claims: only the claim cells of the sweep (CLAIM_CELLS), not the rest of the grid")
+    ap.add_argument("--betas", type=float, nargs="+", default=None,
+                    help="run only the sweep cells at these betas (e.g. 0.5); the report still shows every stored cell")
     ap.add_argument("--results", default=str(Path(tempfile.gettempdir()) / "model_interactions_runs.jsonl"),
                     help="one line per finished LM run; finished runs are skipped, so a stopped benchmark resumes")
     ap.add_argument("--jobs", type=int, default=1, help="LM runs in parallel (processes, one thread each)")
@@ -477,7 +480,7 @@ def main() -> None:
         theory_part(out)
     results = Path(args.results)
     if args.lm and not args.report_only:
-        run_lm(args.lm, args.seeds, args.generations, results, args.jobs)
+        run_lm(args.lm, args.seeds, args.generations, results, args.jobs, args.betas)
     rows = [json.loads(x) for x in results.read_text().splitlines()] if results.exists() else []
     if "sweep" in args.lm:
         report_sweep(rows, out, args.generations)
