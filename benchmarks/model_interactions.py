@@ -191,10 +191,11 @@ def _run_and_store(args) -> None:
           flush=True)
 
 
-def run_lm(kinds, seeds, generations: int, results: Path, jobs: int) -> None:
-    """All runs of the requested tables in `_priority` order, each run once; finished runs in `results` are skipped."""
+def run_lm(kinds, seeds, generations: int, results: Path, jobs: int, betas=None) -> None:
+    """All runs of the requested tables in `_priority` order, each run once; finished runs in `results` are skipped;
+    `betas`: only the runs at these betas."""
     done = {_key(json.loads(x)) for x in results.read_text().splitlines()} if results.exists() else set()
-    runs = {_key(c): c for kind in kinds for c in lm_runs(kind, seeds)}
+    runs = {_key(c): c for kind in kinds for c in lm_runs(kind, seeds) if betas is None or c["beta"] in betas}
     order = sorted(runs.values(), key=_priority)
     todo = [(c, generations, str(results)) for c in order if _key(c) not in done]
     print(f"{' + '.join(kinds)}: {len(todo)} runs to do ({len(done)} stored in {results})", flush=True)
@@ -235,6 +236,38 @@ def _cis(cur: dict[int, dict], ref: dict[int, dict]) -> list[str]:
     seeds = sorted(set(cur) & set(ref))
     js = str(paired_ci([cur[s]["js"] for s in seeds], [ref[s]["js"] for s in seeds])) if len(seeds) > 1 else "n/a"
     return [_ratio_ci(cur, ref, "own_ppl"), _ratio_ci(cur, ref, "cross_ppl"), js]
+
+
+def _balance(h: dict) -> float:
+    """The own + cross balance of one run's final generation: the log of the geometric mean of own and cross perplexity,
+    (log own ppl + log cross ppl) / 2 (lower is better)."""
+    return float(np.log(h["own_ppl"]) + np.log(h["cross_ppl"])) / 2
+
+
+def report_balance(rows: list[dict], ref: tuple[float, float] = (0.5, 0.5)) -> None:
+    """The paper's "best balance" claim: the balance (`_balance`) of every grid cell (shared pool), paired over seeds
+    against isolation at the same beta and against the `ref` cell (alpha = beta = 0.5)."""
+    cells = {(a, b): _base_rows(rows, alpha=a, beta=b) for b in SWEEP_GRID for a in SWEEP_GRID}
+    cells = {k: v for k, v in cells.items() if len(v) > 1}
+    if len(cells) < 2 or ref not in cells:
+        return
+    print("\nOwn + cross balance (geometric mean of own and cross ppl at the final generation, lower is better; CIs of "
+          "its log, paired over seeds; negative = better than the other arm):\n")
+    print(f"| alpha | beta | seeds | sqrt(own ppl x cross ppl) | vs isolation (same beta) [95% CI] | vs alpha = {ref[0]}, "
+          f"beta = {ref[1]} [95% CI] |")
+    print("|---|---|---|---|---|---|")
+    for (a, b), cur in cells.items():
+        iso, r = cells.get((0.0, b), {}), cells[ref]
+
+        def ci(other, cur=cur):
+            seeds = sorted(set(cur) & set(other))
+            if len(seeds) < 2:
+                return "n/a"
+            return str(paired_ci([_balance(cur[s]) for s in seeds], [_balance(other[s]) for s in seeds]))
+        print(f"| {a} | {b} | {len(cur)} | {mean_std([np.exp(_balance(h)) for h in cur.values()], 4)} | "
+              f"{'-' if a == 0 else ci(iso)} | {'-' if (a, b) == ref else ci(r)} |")
+    best = min(cells, key=lambda k: np.mean([_balance(h) for h in cells[k].values()]))
+    print(f"\nBest own + cross balance (lowest mean) at alpha = {best[0]}, beta = {best[1]}.")
 
 
 def report_sweep(rows: list[dict], out: Path | None, generations: int) -> None:
@@ -283,6 +316,7 @@ def report_sweep(rows: list[dict], out: Path | None, generations: int) -> None:
                 return [np.log(h[s][g]["cross_ppl"]) for s in seeds]
             print(f"- alpha 0.5, {src} pool ({len(seeds)} seeds): " + ", ".join(
                 f"g{g}: {paired_ci(log_cross(cur, g), log_cross(iso, g))}" for g in range(1, len(cur[seeds[0]]))))
+    report_balance(rows)
     # homogenisation trend: JS at alpha 0.5 and 1 vs 0.5, per beta
     print("\nHomogenisation trend (JS, paired over seeds):\n")
     for b in SWEEP_GRID:
@@ -461,6 +495,8 @@ def main() -> None:
                     help="the base's pretraining steps of the base_steps table")
     ap.add_argument("--cells", default="all", choices=["all", "claims"],
                     help="claims: only the claim cells of the sweep (CLAIM_CELLS), not the rest of the grid")
+    ap.add_argument("--betas", type=float, nargs="+", default=None,
+                    help="run only the sweep cells at these betas (e.g. 0.5); the report still shows every stored cell")
     ap.add_argument("--results", default=str(Path(tempfile.gettempdir()) / "model_interactions_runs.jsonl"),
                     help="one line per finished LM run; finished runs are skipped, so a stopped benchmark resumes")
     ap.add_argument("--jobs", type=int, default=1, help="LM runs in parallel (processes, one thread each)")
@@ -477,7 +513,7 @@ def main() -> None:
         theory_part(out)
     results = Path(args.results)
     if args.lm and not args.report_only:
-        run_lm(args.lm, args.seeds, args.generations, results, args.jobs)
+        run_lm(args.lm, args.seeds, args.generations, results, args.jobs, args.betas)
     rows = [json.loads(x) for x in results.read_text().splitlines()] if results.exists() else []
     if "sweep" in args.lm:
         report_sweep(rows, out, args.generations)
