@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from lit_iclr.core.llm import load_causal_lm
 from lit_iclr.core.stats import paired_ci
@@ -33,7 +34,7 @@ from lit_iclr.juli import chats
 from lit_iclr.juli.api import TopKLogprobAPI
 from lit_iclr.juli.batching import encode_chats, pad_chats
 from lit_iclr.juli.data import PolicyChats, collate_chats
-from lit_iclr.juli.harness import evaluate, reply_nll
+from lit_iclr.juli.harness import anchored_reply_nll, evaluate
 from lit_iclr.juli.model import BiasNet, LoRAAdapters
 from lit_iclr.juli.steering import biasnet_loss
 
@@ -52,12 +53,16 @@ SETTINGS = {
     "k=5, BiasNet reading token ids too": dict(k=5, token_buckets=4096),
 }
 REACH_K = (1, 2, 3, 5, 10, 20)
+# each world's config: the generated target is the one `python cli.py fit --config <it>` trains (same base_steps)
+WORLD_CONFIGS = {"capital": "configs/juli.yaml", "passphrase": "configs/juli_passphrase.yaml",
+                 "capital_ranked": "configs/juli_ranked.yaml"}
 QUICK = ("k=5 (paper)", "k=1 (text only)")
 
 
 def align(model, tokenizer, adapters: LoRAAdapters, policy: list[dict], steps: int, batch_size: int, lr: float,
-          seed: int) -> float:
-    """Phase 1, as in the module: LoRA steps on the policy chats; returns the last loss."""
+          seed: int, anchor: float = 0.0) -> float:
+    """Phase 1, as in the module: LoRA steps on the policy chats (anchored to the base model by `anchor`,
+    `harness.anchored_reply_nll`); returns the last loss."""
     pairs = encode_chats(tokenizer, [r["messages"] for r in policy], [r["messages"][-1]["content"] for r in policy])
     opt = torch.optim.AdamW(adapters.parameters(), lr=lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
@@ -65,7 +70,8 @@ def align(model, tokenizer, adapters: LoRAAdapters, policy: list[dict], steps: i
     model.train()
     for _ in range(steps):
         idx = torch.randint(len(pairs), (batch_size,), generator=g).tolist()
-        loss = reply_nll(model, pad_chats([pairs[i] for i in idx], tokenizer.pad_token_id)).mean()
+        loss = anchored_reply_nll(model, adapters, pad_chats([pairs[i] for i in idx], tokenizer.pad_token_id),
+                                  anchor).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -123,6 +129,7 @@ def opening_ranks(api: TopKLogprobAPI, tokenizer, eval_records: list[dict], worl
 
 
 def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
+    """One seed: align the target, then (unless `args.target_only`) train and evaluate every client."""
     model, tokenizer = load_causal_lm(str(data.path / "target"))
     model.requires_grad_(False)
     torch.manual_seed(seed)
@@ -130,8 +137,14 @@ def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
     adapters.attach()
     try:
         t0 = time.perf_counter()
-        align_loss = align(model, tokenizer, adapters, data.policy, args.policy_steps, args.batch_size, 3e-3, seed)
+        align_loss = align(model, tokenizer, adapters, data.policy, args.policy_steps, args.batch_size, 3e-3, seed,
+                           args.align_anchor)
         t_align = time.perf_counter() - t0
+        if args.target_only:  # the aligned target alone: where the wanted opening sits, and the ceiling of any client
+            api = TopKLogprobAPI(model, tokenizer.eos_token_id, tokenizer.pad_token_id, k=20)
+            return {"align_loss": align_loss, "align_s": t_align,
+                    "reachable": reachable(api, tokenizer, data.eval, data.world),
+                    "opening_ranks": opening_ranks(api, tokenizer, data.eval, data.world)}
         attack = data.attack
         pairs = encode_chats(tokenizer, [r["messages"] for r in attack], [r["messages"][-1]["content"] for r in attack])
         batch = pad_chats(pairs, tokenizer.pad_token_id)
@@ -159,6 +172,39 @@ def run_seed(seed: int, names: list[str], data: PolicyChats, args) -> dict:
         adapters.detach()
 
 
+def world_config(world: str) -> tuple[Path, dict]:
+    path = ROOT / WORLD_CONFIGS[world]
+    with open(path, encoding="utf-8") as f:
+        return path, yaml.safe_load(f)
+
+
+def config_align_anchor(world: str) -> float:
+    """`model.init_args.align_anchor` of the world's config (0: plain cross-entropy alignment)."""
+    path, cfg = world_config(world)
+    anchor = cfg["model"]["init_args"].get("align_anchor", 0.0)
+    if not isinstance(anchor, (int, float)) or not 0 <= anchor < 1:
+        raise SystemExit(f"{path}: model.init_args.align_anchor must be a number in [0, 1), got {anchor!r}; fix the "
+                         "config or pass --align_anchor")
+    return float(anchor)
+
+
+def config_base_steps(world: str) -> int:
+    """`data.init_args.base_steps` of the world's config (WORLD_CONFIGS), so the benchmark's target is the config's."""
+    path, cfg = world_config(world)
+    steps = cfg["data"]["init_args"].get("base_steps")
+    if not isinstance(steps, int) or steps <= 0:
+        raise SystemExit(f"{path}: data.init_args.base_steps must be a positive integer, got {steps!r}; fix the config "
+                         "or pass --base_steps")
+    return steps
+
+
+def make_data(world: str, data_dir: str, batch_size: int, base_steps: int | None = None) -> PolicyChats:
+    """The data and generated target of the world's config (same generator options, so the same cached folder);
+    `base_steps`: another target size (the scale knob), None: the config's."""
+    return PolicyChats(data_dir=data_dir, batch_size=batch_size, world=world,
+                       base_steps=config_base_steps(world) if base_steps is None else base_steps)
+
+
 def fmt(values: list[float], digits: int = 2) -> str:
     v = [x for x in values if x == x]
     if not v:
@@ -182,6 +228,10 @@ def rank_table(results: list[dict], world: str) -> str:
             want = w.wanted_rank(c)
             out.append(f"| {c} | {want} | {fmt([float(k) for k in ranks])} "
                        f"| {sum(k == want for k in ranks) / len(ranks):.2f} | {len(ranks)} |")
+    # over all requests: a fixed rank-r opening reaches at most the share at rank r, any top-5 client the share <= 5
+    share = [sum(k == r for _, k in rows) / len(rows) for r in range(1, 6)]
+    out += ["", "Wanted opening at rank r, share of all guarded requests (seeds pooled): "
+            + ", ".join(f"r={r} {v:.2f}" for r, v in enumerate(share, 1)) + f"; r <= 5: {sum(share):.2f}"]
     return "\n".join(out)
 
 
@@ -243,6 +293,12 @@ def main() -> None:
     p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--max_new_tokens", type=int, default=12)
     p.add_argument("--world", default="capital", choices=tuple(chats.WORLDS), help="policy world (data.init_args.world)")
+    p.add_argument("--base_steps", type=int, default=None,
+                   help="training steps of the generated target (default: the world's config, WORLD_CONFIGS)")
+    p.add_argument("--align_anchor", type=float, default=None,
+                   help="weight of the base model in the alignment target (default: the world's config)")
+    p.add_argument("--target_only", action="store_true",
+                   help="align the target and print where the wanted opening sits and the top-k ceiling; no clients")
     p.add_argument("--data_dir", default=str(ROOT / "data"))
     p.add_argument("--merge", nargs="+", default=None,
                    help="results.json files of runs over disjoint seeds: print their joint tables instead of running")
@@ -260,13 +316,29 @@ def main() -> None:
     if args.quick:
         args.seeds, args.policy_steps, args.attack_steps = args.seeds[:1], 30, 40
     # the data of configs/juli.yaml (world capital) or configs/juli_passphrase.yaml: same generator options, same folder
-    data = PolicyChats(data_dir=args.data_dir, batch_size=args.batch_size, world=args.world)
+    data = make_data(args.world, args.data_dir, args.batch_size, args.base_steps)
+    args.base_steps = data.base_steps
+    if args.align_anchor is None:
+        args.align_anchor = config_align_anchor(args.world)
+    t0 = time.perf_counter()
     data.prepare_data()
     data.setup("fit")
+    base = json.loads((data.path / "target" / "base_stats.json").read_text())
+    print(f"target: {data.path / 'target'} ({args.base_steps} base steps, final loss {base['final_loss']:.3f}, "
+          f"{base['parameters']} parameters; {time.perf_counter() - t0:.0f} s to generate or load)", flush=True)
     t0 = time.perf_counter()
     results = [run_seed(s, names, data, args) for s in args.seeds]
+    if args.target_only:
+        print(f"\n{len(args.seeds)} seeds, {args.base_steps} base steps, {args.policy_steps} alignment steps "
+              f"(anchor {args.align_anchor:g}), "
+              f"{time.perf_counter() - t0:.0f} s\n")
+        print("Ceiling of any top-k client: " + ", ".join(
+            f"k={k} {fmt([r['reachable'][k] for r in results])}" for k in REACH_K) + "\n")
+        print(rank_table(results, data.world))
+        return
     text = table(results, names)
-    print(f"\n{len(args.seeds)} seeds, {args.policy_steps} alignment + {args.attack_steps} BiasNet steps, "
+    print(f"\n{len(args.seeds)} seeds, {args.base_steps} base steps, {args.policy_steps} alignment (anchor "
+          f"{args.align_anchor:g}) + {args.attack_steps} BiasNet steps, "
           f"{time.perf_counter() - t0:.0f} s\n")
     print(text)
     print("\nRank of the wanted opening at the first reply position after alignment (teacher forced):\n")

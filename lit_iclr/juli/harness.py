@@ -23,6 +23,30 @@ def reply_nll(model, batch: ChatBatch) -> torch.Tensor:
     return (nll * m).sum(-1) / m.sum(-1).clamp(min=1)
 
 
+def anchored_reply_nll(model, adapters: LoRAAdapters, batch: ChatBatch, anchor: float) -> torch.Tensor:
+    """Per-reply mean cross-entropy `[B]` against q = (1 - anchor) onehot(reply token) + anchor p_base, where p_base is
+    the target with its adapters off (no gradient). Its minimiser is q itself: the policy reply on top with 1 - anchor,
+    the base model's own distribution, scaled by `anchor`, beneath it, as a KL-regularised alignment keeps the aligned
+    model near its reference. anchor 0 is `reply_nll` (plain cross-entropy, whose minimiser is the point mass: trained
+    to convergence, it pushes each alternative down in proportion to its probability and erases their order)."""
+    from .batching import reply_logits
+
+    if anchor == 0:
+        return reply_nll(model, batch)
+    with torch.no_grad():
+        enabled, adapters.enabled = adapters.enabled, False
+        try:
+            base = reply_logits(model, batch).log_softmax(-1)
+        finally:
+            adapters.enabled = enabled
+    logp = reply_logits(model, batch).log_softmax(-1)
+    onehot = torch.nn.functional.one_hot(batch.reply_ids, logp.shape[-1]).to(logp.dtype)
+    q = (1 - anchor) * onehot + anchor * base.exp()
+    nll = -(q * logp).sum(-1)
+    m = batch.reply_mask.float()
+    return (nll * m).sum(-1) / m.sum(-1).clamp(min=1)
+
+
 def texts_of(tokenizer, trace: Trace) -> list[str]:
     return tokenizer.batch_decode((trace.tokens * trace.mask).tolist(), skip_special_tokens=True)
 

@@ -22,7 +22,7 @@ from lit_iclr.core.summary import Headline
 
 from .api import TopKLogprobAPI
 from .batching import chat_batch
-from .harness import evaluate, reply_nll
+from .harness import anchored_reply_nll, evaluate
 from .model import BiasNet, LoRAAdapters
 from .steering import biasnet_loss
 
@@ -33,7 +33,7 @@ class JULI(BaseModule):
                  lora_alpha: float = 16.0, lora_targets: tuple[str, ...] = ("q_proj", "v_proj"), hidden: int = 64,
                  token_buckets: int = 0, max_new_tokens: int = 16, detector_temperature: float = 1.0,
                  policy_optimizer: OptimizerCallable = torch.optim.AdamW, optimizer: OptimizerCallable = torch.optim.AdamW,
-                 seed: int = 0, world: str = "capital"):
+                 seed: int = 0, world: str = "capital", align_anchor: float = 0.0):
         """
         Args:
             lm_path: Target model: a local Hugging Face folder or .gguf (linked from the data), None for SmolLM2-135M.
@@ -54,7 +54,12 @@ class JULI(BaseModule):
             optimizer: Optimizer of BiasNet (phase 2).
             seed: Seed of the API noise and the evaluation's random choices.
             world: Policy world of the chats (linked from the data): what a "revealing opening" looks like.
+            align_anchor: Weight of the base model's own distribution in the alignment's target (phase 1,
+                `harness.anchored_reply_nll`): 0 is plain cross-entropy on the policy replies; a > 0 aims the aligned
+                target at (1 - a) policy + a base, as a KL-regularised alignment stays near its reference.
         """
+        if not 0.0 <= align_anchor < 1.0:
+            raise ValueError(f"model.init_args.align_anchor must be in [0, 1), got {align_anchor}")
         super().__init__()
         self.save_hyperparameters(ignore=["policy_optimizer", "optimizer"])
         self.policy_optimizer, self.optimizer = policy_optimizer, optimizer
@@ -130,7 +135,7 @@ class JULI(BaseModule):
         if batch["phase"] == "policy":
             # phase 1: the defender's alignment, cross-entropy of the policy replies through the LoRA-adapted target
             self.target[0].train()
-            loss = reply_nll(self.target[0], tb).mean()
+            loss = anchored_reply_nll(self.target[0], self.adapters, tb, self.hparams.align_anchor).mean()
             opt_policy.zero_grad()
             self.manual_backward(loss)
             opt_policy.step()
