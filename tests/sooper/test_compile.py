@@ -1,0 +1,49 @@
+"""The compiled learning cycle (`compile_update`: each update one graph of loss, gradient, Adam and Polyak) equals the
+eager one: every network's weights, the Adam moments and the imagined buffer after three cycles, on the same replay."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.sooper.test_learn import small_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
+
+def cycles(compiled: bool, backend: str = "inductor", n: int = 3) -> tuple[object, list[dict]]:
+    m = small_model()
+    m.hparams.compile_update = compiled
+    m.hparams.compile_options = {"backend": backend, "fullgraph": True}  # fullgraph: no graph breaks in an update
+    opts = m.configure_optimizers()
+    torch.manual_seed(5)  # the policy's Gaussian draws
+    logs = [m.learn(opts) for _ in range(n)]
+    return m, opts, logs
+
+
+def assert_cycles_equal(backend: str) -> None:
+    (eager, eager_opts, eager_logs), (comp, comp_opts, comp_logs) = cycles(False), cycles(True, backend)
+    assert set(comp._compiled) == {"model", "prior_cost", "critic", "actor"}  # every update took the compiled path
+    for (name, a), b in zip(eager.state_dict().items(), comp.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+    for oa, ob in zip(eager_opts, comp_opts, strict=True):  # the optimizers' own state moved in place
+        for pa, pb in zip(oa.state.values(), ob.state.values(), strict=True):
+            for k in pa:
+                torch.testing.assert_close(pa[k], pb[k], rtol=1e-5, atol=1e-6, msg=k)
+    for k in ("obs", "action", "reward", "done"):
+        torch.testing.assert_close(eager.imagined[k], comp.imagined[k], rtol=1e-5, atol=1e-5, msg=k)
+    for a, b in zip(eager_logs, comp_logs, strict=True):
+        for k in ("train/model_loss", "train/critic_loss", "train/actor_loss", "train/alpha"):
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
+    moved = (eager.critic.net.out.weight - small_model().critic.net.out.weight).abs().max()
+    assert moved > 1e-4  # the cycles changed the weights, so the comparison can fail
+
+
+def test_traced_cycle_equals_eager():
+    """Traced by dynamo and AOTAutograd (no C++ build, so the test stays fast)."""
+    assert_cycles_equal("aot_eager")
+
+
+@pytest.mark.slow
+def test_inductor_cycle_equals_eager():
+    """The real C++ build (a minute or more on a shared CPU)."""
+    assert_cycles_equal("inductor")
