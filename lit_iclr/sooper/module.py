@@ -31,7 +31,7 @@ from lit_iclr.core.threads import CpuThreads
 
 from .functional import Methods, adam_state, make_update, total
 from .nets import Critics, DeterministicPolicy, DynamicsEnsemble, TanhGaussianActor
-from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, unsafe_mask
+from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, imagine_step, unsafe_mask
 
 
 def polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
@@ -241,6 +241,16 @@ class SOOPER(BaseModule):
                 self.count_optimizer_steps(opt)
         return out
 
+    def _imagine_step(self):
+        """`planning.imagine_step`, compiled with `compile_update` (shapes automatic: the live rollouts shrink as they
+        terminate, so after the first size change one graph serves every size). The Lagrangian's penalty, which changes
+        every episode, is applied outside it."""
+        if not self.hparams.compile_update:
+            return imagine_step
+        if "imagine" not in self._compiled:
+            self._compiled["imagine"] = torch.compile(imagine_step, **(self.hparams.compile_options or {}))
+        return self._compiled["imagine"]
+
     def _batch(self, data: dict[str, torch.Tensor], size: int, members: int | None = None) -> dict[str, torch.Tensor]:
         n = len(next(iter(data.values())))
         shape = (size,) if members is None else (members, size)
@@ -423,7 +433,8 @@ class SOOPER(BaseModule):
         Q_c(s, a) are read from the target heads, averaged over heads, and every head regresses on the one target."""
         h = self.hparams
         for i in range(h.prior_cost_updates):
-            b = self._batch(self.replay, self.batch_size)
+            b = self._batch({k: self.replay[k] for k in ("observations", "actions", "next_observations", "costs")},
+                            self.batch_size)  # the same rows as the whole replay's batch, only the columns used
             self._update("prior_cost", [opt], "prior_cost_loss",
                          (b["observations"], b["actions"], b["next_observations"], b["costs"]),
                          ((self.prior_cost_target, self.prior_cost, h.tau),), repeat=i > 0)
@@ -505,7 +516,7 @@ class SOOPER(BaseModule):
         t1 = time.perf_counter()
         start = self._batch(self.model_data(), h.num_rollouts)
         sim = imagine(self.planning_config(), self.model, self.actor, self.prior, self.prior_reward, self.prior_cost,
-                      start["observations"], start["cum_cost"], start["disc"], self.gen)
+                      start["observations"], start["cum_cost"], start["disc"], self.gen, self._imagine_step())
         n_imagined = len(sim["reward"])
         logs["speed/imagined_per_s"] = n_imagined / (time.perf_counter() - t1)
         logs["train/imagined_termination_rate"] = sim["terminated"] / max(n_imagined, 1)

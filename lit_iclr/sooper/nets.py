@@ -61,7 +61,7 @@ class TanhGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int], log_std_range: tuple[float, float] = (-5.0, 2.0)):
         super().__init__()
         self.net = EnsembleMLP(1, obs_dim, 2 * action_dim, hidden)
-        self.log_std_range = log_std_range
+        self.action_dim, self.log_std_range = action_dim, log_std_range
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False,
                 noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

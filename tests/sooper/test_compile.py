@@ -1,5 +1,6 @@
-"""The compiled learning cycle (`compile_update`: each update one graph of loss, gradient, Adam and Polyak) equals the
-eager one: every network's weights, the Adam moments and the imagined buffer after three cycles, on the same replay."""
+"""The compiled learning cycle (`compile_update`: each update one graph of loss, gradient, Adam and Polyak, each
+imagined step one graph) equals the eager one: every network's weights, the Adam moments and the imagined buffer
+(with terminations) after three cycles, on the same replay."""
 from __future__ import annotations
 
 import pytest
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 def cycles(compiled: bool, backend: str = "inductor", n: int = 3) -> tuple[object, list[dict]]:
     m = small_model()
+    m.hparams.budget = 1.0  # the filter intervenes in some imagined steps: terminations, the prior's value
     m.hparams.compile_update = compiled
     m.hparams.compile_options = {"backend": backend, "fullgraph": True}  # fullgraph: no graph breaks in an update
     opts = m.configure_optimizers()
@@ -22,7 +24,8 @@ def cycles(compiled: bool, backend: str = "inductor", n: int = 3) -> tuple[objec
 
 def assert_cycles_equal(backend: str) -> None:
     (eager, eager_opts, eager_logs), (comp, comp_opts, comp_logs) = cycles(False), cycles(True, backend)
-    assert set(comp._compiled) == {"model", "prior_cost", "critic", "actor"}  # every update took the compiled path
+    assert set(comp._compiled) == {"model", "prior_cost", "critic", "actor", "imagine"}  # every update compiled
+    assert 0 < eager.imagined["done"].mean() < 0.5
     for (name, a), b in zip(eager.state_dict().items(), comp.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
     for oa, ob in zip(eager_opts, comp_opts, strict=True):  # the optimizers' own state moved in place
