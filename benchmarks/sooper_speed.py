@@ -36,7 +36,10 @@ The project's side is `SOOPER.learn` called without Lightning's Trainer (the fit
 Each side runs in its own single-threaded process pinned to one core (`--core`, default 1; `core.timing.PinnedWorker`);
 a block is `--cycles` cycles (one count per setting); blocks are interleaved in an order that rotates every round,
 with an A/A control (a second project process). The first cycle (XLA's jit compile of the whole training step;
-torch's lazy init) is reported apart. `--runs` repeats everything in fresh processes, for the spread across runs
+torch's lazy init, or with `--compile on` the project's `torch.compile` of every update and imagined step) is reported
+apart. `--compile on` adds the eager project cycle as a fourth process and compiles the project side and its A/A control
+(`compile_update`), into an inductor cache made fresh for each run: the first cycle of `project` is a cold compile,
+that of its A/A control a cache load. `--runs` repeats everything in fresh processes, for the spread across runs
 beside each run's paired 95% CI.
 
 The official code is never fetched or installed by this script (and never used by the tests). To get it (tested at

@@ -50,3 +50,20 @@ def test_traced_cycle_equals_eager():
 def test_inductor_cycle_equals_eager():
     """The real C++ build (a minute or more on a shared CPU)."""
     assert_cycles_equal("inductor")
+
+
+def test_twin_fit_compiled_counts_the_eager_steps(tmp_path):
+    """Through the CLI and Lightning's optimizer wrappers (the compiled update steps the raw optimizers): the compiled
+    fit counts its optimizer steps as the eager one does (`global_step`, which also seeds each real episode), compiles
+    every update, and ends at the eager fit's weights."""
+    from tests.twin import fit_twin
+
+    eager = fit_twin("sooper", tmp_path / "eager").trainer
+    comp = fit_twin("sooper", tmp_path / "compiled", "--model.init_args.compile_update", "true",
+                    "--model.init_args.compile_options", '{"backend": "aot_eager"}').trainer
+    assert comp.global_step == eager.global_step > 0
+    assert set(comp.lightning_module._compiled) == {"model", "prior_cost", "critic", "actor", "imagine"}
+    a, b = eager.lightning_module, comp.lightning_module
+    torch.testing.assert_close(a.replay["observations"], b.replay["observations"], rtol=1e-4, atol=1e-4)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4, msg=name)
