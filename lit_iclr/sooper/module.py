@@ -139,13 +139,14 @@ class SOOPER(BaseModule):
                 and each update is tiny, so one thread is fastest, and extra threads only spin on a shared CPU
                 (the default run used 25x more CPU time with torch's default threads at load ~20 on 2 cores).
                 null: leave torch's setting.
-            compile_update: `torch.compile` every update of the learning cycle (dynamics model, prior cost critic, SAC
-                critic, actor with temperature): each loss as one compiled forward/backward, each optimizer step with
-                its Polyak update as one more compiled graph (`core/functional_adam.py`). The networks are tiny, so an
-                eager update is bound by per-operation overhead; compiled, the cycle takes a fraction of the CPU time
-                (card, "Speed against the authors' code"). The first cycle compiles (tens of seconds on CPU, with a C++
-                compiler); the numbers equal the eager ones to float rounding (tests/sooper/test_compile.py).
-            compile_options: Keyword arguments of `torch.compile`.
+            compile_update: `torch.compile` the learning cycle: each update (dynamics model, prior cost critic, SAC
+                critic, actor with temperature) one graph of loss, gradient, Adam step and Polyak update
+                (`functional.py`), each imagined step one graph (`planning.imagine_step`). The networks are tiny, so
+                the eager cycle is bound by per-operation cost; compiled it takes 0.40x the CPU time at the default
+                widths (card, "Speed against the authors' code"). The first cycle compiles (~50 s on one CPU core,
+                needs a C++ compiler); the numbers equal the eager ones to float rounding (tests/sooper/test_compile.py).
+            compile_options: Keyword arguments of `torch.compile` (default: static shapes for the updates and
+                inductor's C++ wrapper; a `mode`, `options` or `backend` given here replaces the wrapper option).
         """
         super().__init__()
         if filter not in FILTERS:
