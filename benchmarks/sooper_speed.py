@@ -36,7 +36,10 @@ The project's side is `SOOPER.learn` called without Lightning's Trainer (the fit
 Each side runs in its own single-threaded process pinned to one core (`--core`, default 1; `core.timing.PinnedWorker`);
 a block is `--cycles` cycles (one count per setting); blocks are interleaved in an order that rotates every round,
 with an A/A control (a second project process). The first cycle (XLA's jit compile of the whole training step;
-torch's lazy init) is reported apart. `--runs` repeats everything in fresh processes, for the spread across runs
+torch's lazy init, or with `--compile on` the project's `torch.compile` of every update and imagined step) is reported
+apart. `--compile on` adds the eager project cycle as a fourth process and compiles the project side and its A/A control
+(`compile_update`), into an inductor cache made fresh for each run: the first cycle of `project` is a cold compile,
+that of its A/A control a cache load. `--runs` repeats everything in fresh processes, for the spread across runs
 beside each run's paired 95% CI.
 
 The official code is never fetched or installed by this script (and never used by the tests). To get it (tested at
@@ -209,7 +212,7 @@ def official_worker(setting: str, data: str, repo: str) -> None:
     serve(run, proto)
 
 
-def project_model(setting: str, obs_dim: int, act_dim: int):
+def project_model(setting: str, obs_dim: int, action_dim: int, compile_update: bool = False):
     import yaml
 
     from lit_iclr.sooper.module import SOOPER
@@ -217,19 +220,21 @@ def project_model(setting: str, obs_dim: int, act_dim: int):
     cfg = SETTINGS[setting]
     with open(ROOT / "configs" / "sooper.yaml") as fh:
         args = yaml.safe_load(fh)["model"]["init_args"]
-    args.update(obs_dim=obs_dim, action_dim=act_dim, model_hidden=cfg["model"], actor_hidden=cfg["actor"],
+    args.update(obs_dim=obs_dim, action_dim=action_dim, model_hidden=cfg["model"], actor_hidden=cfg["actor"],
                 critic_hidden=cfg["critic"], critic_heads=HEADS, ensemble_size=ENSEMBLE, model_updates=cfg["model_steps"],
                 sac_updates=cfg["sac_steps"], prior_cost_updates=cfg["sac_steps"], num_rollouts=cfg["rollouts"],
                 horizon=cfg["horizon"], budget=BUDGET, optimism=OPTIMISM, pessimism=PESSIMISM, tau=TAU,
-                discount=GAMMA, cost_discount=GAMMA, offline_in_model=False, num_threads=None)
+                discount=GAMMA, cost_discount=GAMMA, offline_in_model=False, num_threads=None,
+                compile_update=compile_update)
     model = SOOPER(**args)
     model.batch_size = cfg["batch"]
     model.__dict__["_direct_manual"] = True  # manual_backward = loss.backward, as in the platform's fit
     return model
 
 
-def project_worker(setting: str, data: str) -> None:
-    """Serves blocks of `SOOPER.learn` on the shared transitions as its real replay (no Trainer)."""
+def project_worker(setting: str, data: str, compiled: bool = False) -> None:
+    """Serves blocks of `SOOPER.learn` on the shared transitions as its real replay (no Trainer); `compiled`: with
+    `compile_update` (its first cycle compiles)."""
     proto = protocol_stream()
     import torch
 
@@ -241,7 +246,7 @@ def project_worker(setting: str, data: str) -> None:
     drop_failing_nvml_check()  # (every optimizer step asks torch.cuda.is_available(); core/cuda_check.py)
     torch.manual_seed(0)
     f = np.load(data)
-    model = project_model(setting, f["observations"].shape[1], f["actions"].shape[1])
+    model = project_model(setting, f["observations"].shape[1], f["actions"].shape[1], compiled)
     model.replay = {k: torch.from_numpy(f[k]) for k in ("observations", "actions", "rewards", "costs",
                                                          "next_observations", "cum_cost", "disc")}
     opts = model.configure_optimizers()
@@ -256,11 +261,11 @@ def project_worker(setting: str, data: str) -> None:
     serve(run, proto)
 
 
-def Worker(python: str, *args: str, core: int | None):
+def Worker(python: str, *args: str, core: int | None, **extra_env: str):
     """One side in its own single-threaded process (`core.timing.PinnedWorker`); asked `{"cycles": n}`."""
     from lit_iclr.core.timing import PinnedWorker  # the driver's import: the official side's Python has no lit_iclr
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, **extra_env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1", PYTHONPATH=str(ROOT))
     return PinnedWorker([python, __file__, "--worker", *args], env, ROOT, core)
 
@@ -291,11 +296,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=1, help="separate runs (fresh processes), for the spread across runs")
     p.add_argument("--episodes", type=int, default=20, help="point-goal episodes of 100 steps in the shared replay")
     p.add_argument("--core", type=int, default=1, help="pin every side to this CPU core (-1: no pinning)")
+    p.add_argument("--compile", choices=("off", "on"), default="off",
+                   help="on: the project side and its A/A control with `compile_update`, and the eager project side as "
+                        "a fourth process (each run compiles into a fresh inductor cache: the first compiled process's "
+                        "first cycle is a cold compile, the A/A's reads that cache)")
     p.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         kind, setting, data, *rest = args.worker
-        official_worker(setting, data, rest[0]) if kind == "official" else project_worker(setting, data)
+        official_worker(setting, data, rest[0]) if kind == "official" else project_worker(setting, data,
+                                                                                           rest == ["compiled"])
         return
     from lit_iclr.core.stats import ratio_ci
 
@@ -308,8 +318,15 @@ def main() -> None:
             sides = {}
             if args.vs_official:
                 sides["official"] = Worker(args.official_python, "official", setting, data, args.vs_official, core=core)
-            sides["project"] = Worker(sys.executable, "project", setting, data, core=core)
-            sides["project (A/A)"] = Worker(sys.executable, "project", setting, data, core=core)
+            if args.compile == "on":
+                cache = {"TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="sooper_inductor_")}
+                sides["project (eager)"] = Worker(sys.executable, "project", setting, data, core=core)
+                sides["project"] = Worker(sys.executable, "project", setting, data, "compiled", core=core, **cache)
+                sides["project (A/A)"] = Worker(sys.executable, "project", setting, data, "compiled", core=core,
+                                                **cache)
+            else:
+                sides["project"] = Worker(sys.executable, "project", setting, data, core=core)
+                sides["project (A/A)"] = Worker(sys.executable, "project", setting, data, core=core)
             res = measure(sides, cycles, args.repeats)
             for w in sides.values():
                 w.close()
@@ -325,10 +342,12 @@ def main() -> None:
             aa.append(f"A/A control, {setting} run {run}: project (A/A) / project per-block ratio "
                       f"{ratio_ci(res['project (A/A)']['cpu'], res['project']['cpu'])}")
     pinned = f"pinned to core {core}" if core is not None else "not pinned"
+    if args.compile == "on":
+        print("\nproject and project (A/A): compile_update; first cycle = compile (the A/A's from the first's cache)")
     print(f"\n{args.runs} run(s) x {args.repeats} interleaved blocks ({args.cycles} cycles) per side, one thread each "
           f"({pinned}; load {os.getloadavg()[0]:.1f}); CPU ms per cycle\n")
     print(f"| setting | run | side | CPU ms / cycle (median) | ratio vs {ref} | per-block ratio, mean [paired 95% CI] | "
-          "wall ms / cycle | first cycle (s wall, incl. jit) | imagined termination rate |")
+          "wall ms / cycle | first cycle (s wall, incl. jit / compile) | imagined termination rate |")
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print("\n" + "\n".join(aa))

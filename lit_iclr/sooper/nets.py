@@ -61,15 +61,17 @@ class TanhGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int], log_std_range: tuple[float, float] = (-5.0, 2.0)):
         super().__init__()
         self.net = EnsembleMLP(1, obs_dim, 2 * action_dim, hidden)
-        self.log_std_range = log_std_range
+        self.action_dim, self.log_std_range = action_dim, log_std_range
 
-    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, deterministic: bool = False,
+                noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`noise`: the standard normal draw of u, given (drawn outside a compiled update); None: drawn here."""
         mu, log_std = self.net(obs)[0].chunk(2, -1)
         lo, hi = self.log_std_range
         log_std = lo + 0.5 * (hi - lo) * (torch.tanh(log_std) + 1)
         if deterministic:
             return torch.tanh(mu), torch.zeros(obs.shape[:-1], device=obs.device)
-        u = mu + log_std.exp() * torch.randn_like(mu)
+        u = mu + log_std.exp() * (torch.randn_like(mu) if noise is None else noise)
         a = torch.tanh(u)
         # log N(u; mu, sigma) - sum log(1 - tanh(u)^2), the latter in the stable form 2 (log 2 - u - softplus(-2u))
         logp = (-0.5 * ((u - mu) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

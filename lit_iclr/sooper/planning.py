@@ -59,9 +59,27 @@ def unsafe_mask(cfg: PlanningConfig, obs, action, cum_cost, discount_t, prior, p
     return advantage_unsafe(q_c, q_c_prior, cfg.advantage_threshold)
 
 
+def imagine_step(cfg: PlanningConfig, model, actor, prior, prior_cost, s: torch.Tensor, c_acc: torch.Tensor,
+                 disc: torch.Tensor, noise: torch.Tensor, member: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One imagined step of the live rollouts s [M, obs_dim], before terminations: the policy's action a (its Gaussian
+    draw `noise` given), where the filter would intervene, and the next state, optimistic reward r_hat + lambda_opt u and
+    pessimistic cost c_hat + lambda_pess u of member `member` [M] of every rollout (TS-1). A pure function of its
+    inputs, so `compile_update` compiles it (one graph per step instead of ~60 small operations)."""
+    a, _ = actor(s, noise=noise)
+    unsafe = unsafe_mask(cfg, s, a, c_acc, disc, prior, prior_cost)
+    pred = model.predict(s, a)  # [E, M, obs_dim + 2]: one batched forward, every member on every rollout
+    chosen = pred[member, torch.arange(s.shape[0], device=s.device)]
+    u = pred[..., : s.shape[1]].std(0).mean(-1) if pred.shape[0] > 1 else torch.zeros(s.shape[0])
+    next_s, r_hat, c_hat = chosen[:, : s.shape[1]], chosen[:, -2], chosen[:, -1]
+    reward = r_hat + cfg.optimism * u
+    cost = (c_hat + cfg.pessimism * u).clamp_min(0.0)
+    return a, unsafe, next_s, reward, cost
+
+
 @torch.no_grad()
 def imagine(cfg: PlanningConfig, model, actor, prior, prior_reward, prior_cost, obs: torch.Tensor,
-            cum_cost: torch.Tensor, discount_t: torch.Tensor, generator: torch.Generator | None = None) -> dict:
+            cum_cost: torch.Tensor, discount_t: torch.Tensor, generator: torch.Generator | None = None,
+            step=imagine_step) -> dict:
     """Roll the policy out in the learned model from N replay states for `cfg.horizon` steps, all rollouts at once.
 
     Per step: a ~ pi(s); where the filter would intervene the rollout **terminates** with reward
@@ -70,7 +88,8 @@ def imagine(cfg: PlanningConfig, model, actor, prior, prior_reward, prior_cost, 
     disagreement u (std over members of the next-state mean, averaged over dimensions) makes the reward optimistic,
     r_hat + lambda_opt u, and the cost pessimistic, c_hat + lambda_pess u.
 
-    Returns the flattened transitions (obs, action, reward, next_obs, done) of the live rollouts and counts.
+    `step`: `imagine_step` or its compiled form. Returns the flattened transitions (obs, action, reward, next_obs,
+    done) of the live rollouts and counts.
     """
     n = obs.shape[0]
     alive = torch.ones(n, dtype=torch.bool, device=obs.device)
@@ -80,15 +99,9 @@ def imagine(cfg: PlanningConfig, model, actor, prior, prior_reward, prior_cost, 
         s, c_acc, disc = obs[alive], cum_cost[alive], discount_t[alive]
         if s.shape[0] == 0:
             break
-        a, _ = actor(s)
-        unsafe = unsafe_mask(cfg, s, a, c_acc, disc, prior, prior_cost)
-        pred = model.predict(s, a)  # [E, M, obs_dim + 2]: one batched forward, every member on every rollout
-        member = torch.randint(pred.shape[0], (s.shape[0],), generator=generator, device=s.device)
-        chosen = pred[member, torch.arange(s.shape[0], device=s.device)]
-        u = pred[..., : s.shape[1]].std(0).mean(-1) if pred.shape[0] > 1 else torch.zeros(s.shape[0])
-        next_s, r_hat, c_hat = chosen[:, : s.shape[1]], chosen[:, -2], chosen[:, -1]
-        reward = r_hat + cfg.optimism * u
-        cost = (c_hat + cfg.pessimism * u).clamp_min(0.0)
+        noise = torch.randn(s.shape[0], actor.action_dim, device=s.device)  # the policy's draw (global generator)
+        member = torch.randint(model.members, (s.shape[0],), generator=generator, device=s.device)
+        a, unsafe, next_s, reward, cost = step(cfg, model, actor, prior, prior_cost, s, c_acc, disc, noise, member)
         reward = reward - cfg.penalty * cost
         if unsafe.any():
             v_prior = prior_reward(s[unsafe], prior(s[unsafe])).min(0).values  # pessimistic over the reward heads
