@@ -42,7 +42,11 @@ from pathlib import Path
 import stale_symbols
 
 ROOT = Path(__file__).resolve().parent.parent
-MEASURED = re.compile(r"^Measured at commit `?([0-9a-f]{7,40})`?( \(history\))? with: `(.+)`\s*$")
+# the first backticked command is the one printed; any text may follow it (`... (rows 0-2) and `...``), and every
+# backticked part of the line is searched for the files the table's code lives in
+MEASURED = re.compile(r"^Measured at commit `?([0-9a-f]{7,40})`?( \(history\))? with: `([^`]+)`.*$")
+COMMAND = re.compile(r"`([^`]+)`")
+DELIMITER = re.compile(r"^\|?(\s*:?-+:?\s*\|)+\s*(:?-+:?\s*)?$")
 NOT_MEASURED = "<!-- not measured -->"
 PATH_IN_COMMAND = re.compile(r"(?:^|\s|=)((?:benchmarks|configs|lit_iclr|scripts|data)/[\w./-]+)")
 PATH_IN_SYMBOL_COMMAND = re.compile(r"(?:^|[\s=\"'])((?:benchmarks|configs|lit_iclr|scripts|data|tests)/[\w./-]*|cli\.py)")
@@ -59,28 +63,36 @@ class Table:
     command: str | None
     measured: bool = True  # False: marked `<!-- not measured -->` (a mapping or options table)
     history: bool = False  # True: a record of earlier code (`Measured at commit <sha> (history) with: ...`)
+    commands: str = ""     # every backticked part of the measured-at line, for the files they name
 
 
 def card_tables(text: str, card: str) -> list[Table]:
-    """Each markdown table (a run of lines starting with `|`), its heading, and the measured-at line right under it."""
+    """Each markdown table (a run of lines starting with `|` that has a `|---|` delimiter row; code blocks skipped), its
+    heading, and the measured-at line right under it (at most one blank line between)."""
     lines = text.splitlines()
-    tables, heading, i = [], "", 0
+    tables, heading, i, fenced = [], "", 0, False
     while i < len(lines):
-        if lines[i].startswith("#"):
+        if lines[i].lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and lines[i].startswith("#"):
             heading = lines[i].lstrip("#").strip()
-        if lines[i].startswith("|"):
+        elif not fenced and lines[i].startswith("|"):
             start = i
             while i < len(lines) and lines[i].startswith("|"):
                 i += 1
+            if not any(DELIMITER.match(line) for line in lines[start:i]):
+                continue  # a line that merely starts with `|` (e.g. `|diff| ...` in a paragraph)
             j = i
-            while j < len(lines) and not lines[j].strip():  # at most one blank line between table and its line
+            while j < len(lines) and not lines[j].strip():
                 j += 1
                 if j - i > 1:
                     break
             below = lines[j].strip() if j < len(lines) else ""
             m = MEASURED.match(below)
+            commands = COMMAND.findall(below[m.start(3) - 1:]) if m else []
             tables.append(Table(card, start + 1, heading, m.group(1) if m else None, m.group(3) if m else None,
-                                measured=below != NOT_MEASURED, history=bool(m and m.group(2))))
+                                measured=below != NOT_MEASURED, history=bool(m and m.group(2)),
+                                commands=" ; ".join(commands)))
             continue
         i += 1
     return tables
@@ -164,9 +176,13 @@ class SymbolRule:
         self._old: dict[str, stale_symbols.Snapshot] = {}
         self._reached: dict[tuple[str, str], tuple[set, list[str]]] = {}
 
-    def _package(self, method: str) -> set:
-        prefix = f"lit_iclr/{method}/"
-        return {n for f in self.head.tree if f.startswith(prefix) and f.endswith(".py") for n in self.head.nodes(f)}
+    def _packages(self, method: str, command: str) -> set:
+        """The definitions of the method packages a CLI run may build: the card's own, and any method the command
+        names (`-k "vgf or heapr"`); for a card without a package that names none (the platform card), all of them."""
+        methods = {p.split("/")[1] for p in self.head.tree if p.startswith("lit_iclr/") and p.count("/") >= 2} - {"core"}
+        named = {m for m in methods if m == method or re.search(rf"\b{m}\b", command)} or methods
+        return {n for f in self.head.tree if f.endswith(".py") and f.count("/") >= 2 and f.split("/")[0] == "lit_iclr"
+                and f.split("/")[1] in named for n in self.head.nodes(f)}
 
     def _configs_roots(self, configs: list[str]) -> set:
         roots = set()
@@ -201,7 +217,7 @@ class SymbolRule:
                 text = self.git.blob(head.tree[f])
                 runs_cli |= '"cli.py"' in text or f == "cli.py"
                 files |= {c for c in CONFIG_IN_TEXT.findall(text) if c in head.tree}
-        package = self._package(method)
+        package = self._packages(method, command)
         if runs_cli or not scripts:
             roots |= package
         if not roots and not files:
@@ -243,9 +259,9 @@ def report(cards: list[Path], root: Path | None = None, rule: str = "symbol") ->
                 unrecorded[card.name] = unrecorded.get(card.name, 0) + 1
                 continue
             if symbols is not None:
-                changed = symbols.changed(method, t.commit, t.command)
+                changed = symbols.changed(method, t.commit, t.commands or t.command)
             else:
-                changed = changed_since(t.commit, code_paths(method, t.command, root), root)
+                changed = changed_since(t.commit, code_paths(method, t.commands or t.command, root), root)
             where = f"seeds/{t.card}:{t.line} ({t.title or 'no heading'})"
             if changed is None:
                 unknown.append(f"- {where}: commit {t.commit} is not in this history")

@@ -41,10 +41,14 @@ def _card(root: Path, sha: str) -> Path:
 
 
 def test_tables_and_their_measured_line_are_parsed():
-    text = "# T\n## Speed\n| a |\n|---|\nMeasured at commit abc1234 with: `python benchmarks/x.py`\n| b |\n"
+    text = ("# T\n## Speed\n| a |\n|---|\nMeasured at commit abc1234 with: `python benchmarks/x.py`\n| b |\n|:--|\n\n"
+            "Measured at commit abc1235 with: `python benchmarks/y.py --seeds 0` (seeds 1, 2 likewise) and `python "
+            "benchmarks/z.py`\n```\n# not a heading\n| not | a table |\n|---|---|\n```\nA paragraph line:\n"
+            "|diff| 1e-7 after one step\n")
     tables = stale.card_tables(text, "x.md")
     assert [(t.line, t.title, t.commit, t.command) for t in tables] == [
-        (3, "Speed", "abc1234", "python benchmarks/x.py"), (6, "Speed", None, None)]
+        (3, "Speed", "abc1234", "python benchmarks/x.py"), (6, "Speed", "abc1235", "python benchmarks/y.py --seeds 0")]
+    assert tables[1].commands == "python benchmarks/y.py --seeds 0 ; python benchmarks/z.py"
 
 
 def test_a_table_is_stale_only_when_its_code_changed(tmp_path, monkeypatch):
