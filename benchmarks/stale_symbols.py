@@ -31,7 +31,7 @@ MODULE = "<module>"
 MAIN = "__main__"
 EMPTY = ast.dump(ast.Module(body=[], type_ignores=[]))
 WHOLE = "*"  # pseudo-node: every definition of a file and its <module> node
-SOURCES = ("lit_iclr", "benchmarks", "tests", "configs", "cli.py")
+SOURCES = ("lit_iclr", "benchmarks", "tests", "configs", "scripts", "cli.py")
 ABSOLUTE = re.compile(r"^lit_iclr(?:\.\w+)+$")
 
 Node = tuple[str, str]  # (repo-relative path, symbol)
