@@ -65,10 +65,11 @@ def test_interrupted_and_resumed_fit_equals_uninterrupted(tmp_path, name):
     assert resumed.trainer.global_step == STEPS
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys()
+    tol = max(1e-5, TOLERANCE.get(name, (0.0, ""))[0])  # the same run-to-run tolerance as the graceful stop below
     for k in a:
         if a[k].is_floating_point():
             # equal_nan: a buffer filled only by a validation pass the twin skips (VEA's layer profile) stays NaN
-            torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-5, equal_nan=True,
+            torch.testing.assert_close(a[k], b[k], atol=tol, rtol=tol, equal_nan=True,
                                        msg=lambda m, k=k: f"{name}: {k}: {m}")
         else:
             assert torch.equal(a[k], b[k]), f"{name}: {k}"
