@@ -32,6 +32,14 @@ DEFAULT_PERIODS = {"train": ["2000-01-01:2000-12-31"], "val": ["2001-01-01:2001-
                    "test": ["2001-03-01:2001-04-30"]}
 
 
+
+def _loader(dataset, **kwargs):
+    """A DataLoader over STORM's windows: their `__getitems__` returns the stacked batch, which `collate_batched`
+    passes through (the default collate would index it as a list of samples)."""
+    from lit_iclr.core.loader import collate_batched
+
+    return torch.utils.data.DataLoader(dataset, collate_fn=collate_batched, **kwargs)
+
 def make_data(args):
     """The default planet (or a shorter one: --days, --spinup_days, with date-range splits)."""
     from lit_iclr.storm import WB2WeatherData
@@ -71,7 +79,7 @@ def train(m, dm, steps: int, lr: float = 2e-3, seed: int = 0) -> dict:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.05 + 0.475 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     gen = torch.Generator().manual_seed(seed)
-    loader = torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=True, generator=gen,
+    loader = _loader(dm.train_set, batch_size=dm.batch_size, shuffle=True, generator=gen,
                                          drop_last=True)
     step, t0, c0, it = 0, time.time(), time.process_time(), iter(loader)
     m.train()
@@ -101,7 +109,7 @@ def evaluate(models: dict, dm, region_idx) -> tuple[dict, dict]:
     from lit_iclr.storm.metrics import WB2Scores, lat_weights, spatial_mse
     from lit_iclr.storm.pyramid import area_weights, down
 
-    loader = torch.utils.data.DataLoader(dm.test_set, batch_size=16)
+    loader = _loader(dm.test_set, batch_size=16)
     leads = dm.test_set.lead_steps.tolist()
     w = lat_weights(torch.tensor(dm.latitudes))[:, None].expand(len(dm.latitudes), len(dm.longitudes)).contiguous()
     ilat, ilon = region_idx
@@ -159,7 +167,7 @@ def step_flops(m, dm, batch_size: int = 2) -> float:
     """FLOPs per sample of one training step (forward + backward of the 2-step rollout loss, counted by torch)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=batch_size)))
+    b = next(iter(_loader(dm.train_set, batch_size=batch_size)))
     with FlopCounterMode(display=False) as fc:
         m.training_step(b, 0).backward()
     m.zero_grad()
@@ -170,7 +178,7 @@ def train_flops(m, dm) -> tuple[float, float]:
     """FLOPs of one training step of a full batch (forward + backward, counted by torch) and its time."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size)))
+    b = next(iter(_loader(dm.train_set, batch_size=dm.batch_size)))
     with FlopCounterMode(display=False) as fc:
         m.training_step(b, 0).backward()
     t0 = time.time()
@@ -200,7 +208,7 @@ def forecast_figure(m, dm, out: Path = OUT):
     from lit_iclr.storm.module import forecast_figure as draw
 
     out.mkdir(parents=True, exist_ok=True)
-    b = next(iter(torch.utils.data.DataLoader(dm.test_set, batch_size=1)))
+    b = next(iter(_loader(dm.test_set, batch_size=1)))
     leads = dm.test_set.lead_steps.tolist()
     with torch.no_grad():
         preds = m.rollout(b["x"], b["static"], b["init_time"], max(leads))
@@ -393,7 +401,7 @@ def compile_check(dm, steps: int, options: dict, rounds: int = 1) -> dict:
     from lit_iclr.core.stats import ratio_ci
     from lit_iclr.core.timing import cpu_time, interleaved_cpu_times
 
-    b = next(iter(torch.utils.data.DataLoader(dm.train_set, batch_size=dm.batch_size, shuffle=False)))
+    b = next(iter(_loader(dm.train_set, batch_size=dm.batch_size, shuffle=False)))
     out, runs = {}, {}
     for mode in ("eager", "compiled"):
         m = make_model(dm, 0, compile_step=mode == "compiled", compile_options=options)
