@@ -15,15 +15,16 @@ from typing import Any
 import torch
 from torch.optim.adam import adam
 
-__all__ = ["adam_groups", "adam_step"]
+__all__ = ["adam_groups", "adam_state", "adam_step", "adam_step_with"]
 
 AdamGroup = tuple[tuple[list[torch.Tensor], ...], dict[str, Any]]
 
 
-def adam_groups(opt: torch.optim.Optimizer) -> list[AdamGroup] | None:
-    """Per parameter group: (params, grads, exp_avgs, exp_avg_sqs, steps) and the step's hyperparameters; None when
-    this optimizer step has no such form: not Adam/AdamW, amsgrad, differentiable, a tensor learning rate, state not yet
-    made (take one ordinary `opt.step()` first) or a parameter without a gradient (Adam would skip it)."""
+def adam_state(opt: torch.optim.Optimizer) -> list[AdamGroup] | None:
+    """Per parameter group: (params, exp_avgs, exp_avg_sqs, steps) and the step's hyperparameters, for a step whose
+    gradients come from elsewhere (`adam_step_with`, e.g. `torch.func.grad`); None when this optimizer step has no such
+    form: not Adam/AdamW, amsgrad, differentiable, a tensor learning rate, or state not yet made (take one ordinary
+    `opt.step()` first)."""
     if type(opt) not in (torch.optim.Adam, torch.optim.AdamW):
         return None
     out = []
@@ -32,15 +33,29 @@ def adam_groups(opt: torch.optim.Optimizer) -> list[AdamGroup] | None:
             return None
         params = group["params"]
         states = [opt.state.get(p) for p in params]
-        if any(p.grad is None or not s for p, s in zip(params, states, strict=True)):
+        if not all(states):
             return None
-        lists = (params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+        lists = (list(params), [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                  [s["step"] for s in states])
         beta1, beta2 = group["betas"]
         out.append((lists, {"lr": group["lr"], "beta1": beta1, "beta2": beta2, "eps": group["eps"],
                             "weight_decay": group["weight_decay"], "maximize": group["maximize"],
                             "decoupled_weight_decay": group.get("decoupled_weight_decay",
                                                                 isinstance(opt, torch.optim.AdamW))}))
+    return out
+
+
+def adam_groups(opt: torch.optim.Optimizer) -> list[AdamGroup] | None:
+    """`adam_state` with each parameter's `.grad` as the gradients: (params, grads, exp_avgs, exp_avg_sqs, steps) per
+    group; None also when a parameter has no gradient (Adam would skip it)."""
+    state = adam_state(opt)
+    if state is None:
+        return None
+    out = []
+    for (params, exp_avgs, exp_avg_sqs, steps), kw in state:
+        if any(p.grad is None for p in params):
+            return None
+        out.append(((params, [p.grad for p in params], exp_avgs, exp_avg_sqs, steps), kw))
     return out
 
 
@@ -52,3 +67,14 @@ def adam_step(groups: list[AdamGroup]) -> None:
         for (params, grads, exp_avgs, exp_avg_sqs, steps), kw in groups:
             adam(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=True, capturable=capturable, amsgrad=False,
                  **kw)
+
+
+def adam_step_with(state: list[AdamGroup], grads: list[torch.Tensor]) -> None:
+    """One Adam step of `adam_state(opt)` groups along `grads` (one per parameter, in the groups' order), in place."""
+    capturable = torch.compiler.is_compiling()
+    i = 0
+    with torch.no_grad():
+        for (params, exp_avgs, exp_avg_sqs, steps), kw in state:
+            adam(params, list(grads[i:i + len(params)]), exp_avgs, exp_avg_sqs, [], steps, foreach=True,
+                 capturable=capturable, amsgrad=False, **kw)
+            i += len(params)

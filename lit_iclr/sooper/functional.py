@@ -10,14 +10,11 @@ an eager step read the same tensors), so compiled and eager updates can alternat
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value
-from torch.optim.adam import adam
 
-AdamState = tuple[tuple[list[torch.Tensor], ...], dict[str, Any]]
+from lit_iclr.core.functional_adam import AdamGroup, adam_step_with
 
 
 class Methods(nn.Module):
@@ -30,28 +27,6 @@ class Methods(nn.Module):
 
     def forward(self, name: str, *args):
         return getattr(self.owner, name)(*args)
-
-
-def adam_state(opt: torch.optim.Optimizer) -> list[AdamState] | None:
-    """Per parameter group: (params, exp_avgs, exp_avg_sqs, steps) and the step's hyperparameters; None when the step
-    has no such form (not Adam/AdamW, amsgrad, differentiable, a tensor learning rate, or no state yet: the first step
-    is an ordinary `opt.step()`, which makes it)."""
-    if type(opt) not in (torch.optim.Adam, torch.optim.AdamW):
-        return None
-    out = []
-    for group in opt.param_groups:
-        if group["amsgrad"] or group["differentiable"] or isinstance(group["lr"], torch.Tensor):
-            return None
-        states = [opt.state.get(p) for p in group["params"]]
-        if not all(states):
-            return None
-        beta1, beta2 = group["betas"]
-        out.append(((list(group["params"]), [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                     [s["step"] for s in states]),
-                    {"lr": group["lr"], "beta1": beta1, "beta2": beta2, "eps": group["eps"],
-                     "weight_decay": group["weight_decay"], "maximize": group["maximize"],
-                     "decoupled_weight_decay": group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))}))
-    return out
 
 
 def total(out) -> torch.Tensor:
@@ -71,7 +46,7 @@ def make_update(methods: Methods, names: list[str], method: str, targets: tuple)
     `total(owner.method(*inputs))`, then `lerp_(target, source, tau)` for each (target, source, tau) of `targets`.
     Other parameters enter the loss as constants (e.g. the critic in the actor's step)."""
 
-    def update(states: list[list[AdamState]], *inputs: torch.Tensor):
+    def update(states: list[list[AdamGroup]], *inputs: torch.Tensor):
         groups = [g for st in states for g in st]
         params = [p for (lists, _) in groups for p in lists[0]]
 
@@ -81,11 +56,7 @@ def make_update(methods: Methods, names: list[str], method: str, targets: tuple)
 
         with torch.no_grad():  # grad_and_value differentiates its own inputs; nothing else builds a graph
             grads, (_, out) = grad_and_value(loss_of, has_aux=True)([p.detach() for p in params])
-            i = 0
-            for (ps, exp_avgs, exp_avg_sqs, steps), kw in groups:
-                adam(ps, list(grads[i:i + len(ps)]), exp_avgs, exp_avg_sqs, [], steps, foreach=True,
-                     capturable=torch.compiler.is_compiling(), amsgrad=False, **kw)
-                i += len(ps)
+            adam_step_with(groups, grads)
             for target, source, tau in targets:
                 torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
         return out

@@ -26,10 +26,11 @@ import torch.nn.functional as F
 
 from lit_iclr.core import BaseModule
 from lit_iclr.core.errors import ConfigError
+from lit_iclr.core.functional_adam import adam_state
 from lit_iclr.core.summary import Headline
 from lit_iclr.core.threads import CpuThreads
 
-from .functional import Methods, adam_state, make_update, total
+from .functional import Methods, make_update, total
 from .nets import Critics, DeterministicPolicy, DynamicsEnsemble, TanhGaussianActor
 from .planning import FILTERS, PlanningConfig, aggregate_cost, imagine, imagine_step, unsafe_mask
 

@@ -58,3 +58,28 @@ def test_no_functional_form_where_adam_step_would_differ():
     assert adam_groups(opt) is None
     sgd = torch.optim.SGD(net.parameters(), lr=0.1)
     assert adam_groups(sgd) is None
+
+
+@pytest.mark.parametrize("cls,kw", [(torch.optim.Adam, {}), (torch.optim.AdamW, {"weight_decay": 0.1})])
+def test_step_with_outside_gradients_equals_optimizer_step(cls, kw):
+    """`adam_step_with(adam_state(opt), grads)`: gradients handed in (as `torch.func.grad` gives them), not read from
+    `.grad`; the same step as `opt.step()` with those gradients."""
+    from lit_iclr.core.functional_adam import adam_state, adam_step_with
+
+    ref, ref_opt = _setup(cls, foreach=False, **kw)
+    net, opt = _setup(cls, **kw)
+    for k in range(4):
+        _grads(ref, k)
+        ref_opt.step()
+        _grads(net, k)
+        state = adam_state(opt)
+        if k == 0:
+            assert state is None
+            opt.step()
+            continue
+        grads = [p.grad.clone() for p in net.parameters()]
+        net.zero_grad(set_to_none=True)  # the step must not read .grad
+        assert adam_groups(opt) is None and adam_state(opt) is not None
+        adam_step_with(state, grads)
+    for a, b in zip(ref.parameters(), net.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=5e-6)
