@@ -4,22 +4,16 @@ ZOH, the AIRE score, the LAMP line) and `s5/train.py` (`_topk_mask_desc`, K = fl
 official code is not needed to run this test."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_script import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("aire_prune_speed", ROOT / "benchmarks" / "aire_prune_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("aire_prune_speed")
 
 
 def official_keep_mask(weights: dict[str, np.ndarray], layers: int, ratio: float) -> np.ndarray:

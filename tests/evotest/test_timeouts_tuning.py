@@ -2,9 +2,7 @@
 benchmark's equal-budget tuning picks the best development value (ties: the default)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +10,8 @@ import pytest
 from lit_iclr.evotest.actor import UNAVAILABLE, Extractor
 from lit_iclr.evotest.config import AgentConfig
 from lit_iclr.evotest.tree import EvolutionTree
+from tests.benchmark_script import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 HISTORY = [["", "-= Hall =-"], ["go east", "-= Den =-"]]
 
 
@@ -101,10 +99,7 @@ def test_module_c_is_the_fraction_of_the_max_score_unless_given(tmp_path):
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("evotest_benchmark", ROOT / "benchmarks" / "evotest.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("evotest")
 
 
 def test_tuning_gives_every_method_three_values_and_keeps_the_default_on_a_tie():

@@ -2,23 +2,20 @@
 folder (the folder name hashes every option that changes the generated files, `base_steps` included)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 
 from lit_iclr.juli.data import PolicyChats
+from tests.benchmark_script import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("juli_bench", ROOT / "benchmarks" / "juli.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("juli")
 
 
 @pytest.mark.parametrize("world", ["capital", "passphrase", "capital_ranked"])

@@ -2,23 +2,18 @@
 a hand computation of the paired t interval, and the --betas filter of the run list. No LM is trained."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_script import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("model_interactions_bench", ROOT / "benchmarks" / "model_interactions.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("model_interactions")
 
 
 def _row(bench, alpha, beta, seed, own, cross):

@@ -1,20 +1,14 @@
 """The STORM benchmark's own loaders and FLOP count run on the windows' batched reads (`__getitems__`), which the
 default collate cannot take (the benchmark crashed on it once the reads were batched)."""
-import importlib.util
-from pathlib import Path
 
 import torch
 
+from tests.benchmark_script import load_benchmark
 from tests.storm.test_reader import eight_day_store, make_store
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("storm_benchmark", ROOT / "benchmarks" / "storm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("storm")
 
 
 def test_benchmark_loader_gives_the_samples_and_counts_flops(tmp_path):
