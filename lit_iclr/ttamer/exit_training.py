@@ -6,6 +6,9 @@ temperatures are fitted there) and the test table.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import lightning as L
 import numpy as np
 import torch
@@ -43,8 +46,10 @@ def fashion_tensors(split: str, n: int | None = None) -> tuple[torch.Tensor, tor
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
-def train(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, seed: int) -> torch.nn.Module:
+def train(build: Callable[[], torch.nn.Module], x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, seed: int
+          ) -> torch.nn.Module:
     L.seed_everything(seed, verbose=False)
+    net = build()  # built after seeding: the initial weights follow `seed`, not the process's global RNG state
     loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True,
                         generator=torch.Generator().manual_seed(seed))
     trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -66,11 +71,11 @@ def make_tables(kind: str, backbones: list[str], train_images: int, epochs: int,
     xt, yt = fashion_tensors("test")
     shape = tuple(x.shape[1:])
     if kind == "nested":
-        net = train(MultiExitNet(backbones[0]), x, y, epochs, lr, seed)
+        net = train(partial(MultiExitNet, backbones[0]), x, y, epochs, lr, seed)
         logits = logits_of(net, xt)
         cost, latency = net.stage_costs(shape)
     else:
-        members = [train(Classifier(b), x, y, epochs, lr, seed + i) for i, b in enumerate(backbones)]
+        members = [train(partial(Classifier, b), x, y, epochs, lr, seed + i) for i, b in enumerate(backbones)]
         logits = torch.cat([logits_of(m, xt) for m in members], 1)
         costs = [m.cost(shape) for m in members]
         cost = torch.tensor([c[0] for c in costs], dtype=torch.float64)
