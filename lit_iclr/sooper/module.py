@@ -273,10 +273,11 @@ class SOOPER(BaseModule):
 
         return step
 
-    def _batch(self, data: dict[str, torch.Tensor], size: int, members: int | None = None) -> dict[str, torch.Tensor]:
+    def _batch(self, data: dict[str, torch.Tensor], size: int, members: int | None = None,
+               gen: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         n = len(next(iter(data.values())))
         shape = (size,) if members is None else (members, size)
-        idx = torch.randint(n, shape, generator=self.gen)
+        idx = torch.randint(n, shape, generator=self.gen if gen is None else gen)
         return {k: v[idx] for k, v in data.items()}
 
     def on_save_checkpoint(self, checkpoint) -> None:
@@ -323,6 +324,7 @@ class SOOPER(BaseModule):
                 self.model_pretrained.fill_(True)
 
     PRIOR_NETS = ("prior", "prior_reward", "prior_cost", "prior_cost_target", "actor", "critic", "critic_target")
+    PRIOR_STREAM = 104_729  # offset of the offline fit's generator seed from `seed`
 
     def load_or_fit_prior(self, data: dict[str, torch.Tensor], batch_size: int) -> None:
         """The offline prior, from `prior_path` when that file exists (the same prior for every run that names it)."""
@@ -352,11 +354,14 @@ class SOOPER(BaseModule):
         the heads disagree where the data are thin, and kappa turns that into extra cost); `cost_margin` is added where
         Q_c is read (shield, termination), not inside this target."""
         h = self.hparams
+        # the offline fit draws from its own stream, so the online phase draws the same numbers whether this run fitted
+        # the prior or loaded it from `prior_path` (else a benchmark's numbers depended on which run fitted it)
+        gen = torch.Generator().manual_seed(h.seed + self.PRIOR_STREAM)
         reward_target = copy.deepcopy(self.prior_reward).requires_grad_(False)
         nets = [self.prior, self.prior_reward, self.prior_cost] + ([self.actor] if h.warm_start else [])
         opt = torch.optim.Adam([p for n in nets for p in n.parameters()], h.lr_prior, foreach=True)
         for _ in range(steps):
-            b = self._batch(data, batch_size)
+            b = self._batch(data, batch_size, gen=gen)
             s, a, s2, m = b["observations"], b["actions"], b["next_observations"], b["masks"]
             w = b["safe"][:, None] / b["safe"].sum().clamp_min(1.0)  # BC-Safe: clone the safe episodes only
             loss = (w * (self.prior(s) - a) ** 2).sum()
@@ -371,7 +376,7 @@ class SOOPER(BaseModule):
                     y_c = (b["costs"] + h.cost_discount * m * aggregate_cost(q2, h.cost_kappa)).expand_as(q2)
                 else:  # each head on itself: keeps the heads apart, estimates the mean cost-to-go
                     y_c = b["costs"] + h.cost_discount * m * q2
-                boot = -torch.rand(q2.shape, generator=self.gen).log()  # Exp(1) weights: a Bayesian bootstrap per head
+                boot = -torch.rand(q2.shape, generator=gen).log()  # Exp(1) weights: a Bayesian bootstrap per head
             loss = loss + F.mse_loss(self.prior_reward(s, a), y_r.expand(h.critic_heads, -1))
             loss = loss + (boot * (self.prior_cost(s, a) - y_c) ** 2).mean()
             opt.zero_grad()
